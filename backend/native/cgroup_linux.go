@@ -1,0 +1,476 @@
+package native
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// cgroups cap memory (no swap), CPU and pids for the whole sandbox, count
+// its CPU time and peak memory, and tell when the kernel killed something
+// for memory. Each controller is taken from cgroup v2 when the unified
+// hierarchy offers it, else from its v1 hierarchy, so pure v2, pure v1 and
+// hybrid hosts all work.
+
+// Controllers the sandbox uses. cpuacct exists only in v1; v2 counts CPU
+// time in the cpu controller.
+const (
+	ctlMemory  = "memory"
+	ctlCPU     = "cpu"
+	ctlCPUAcct = "cpuacct"
+	ctlPids    = "pids"
+)
+
+// hierarchy is one mounted cgroup tree.
+type hierarchy struct {
+	mount string
+	v2    bool
+}
+
+// cgroupHost maps each controller to the hierarchy that provides it.
+type cgroupHost struct {
+	ctl    map[string]*hierarchy
+	parent string // folder under each hierarchy's root that holds sandboxes
+}
+
+// detectCgroups reads the mount table. It never fails: a controller it
+// cannot find is simply absent from the map.
+func detectCgroups(parent string) *cgroupHost {
+	h := &cgroupHost{ctl: map[string]*hierarchy{}, parent: parent}
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return h
+	}
+	defer f.Close()
+	var v2 *hierarchy
+	v1 := map[string]*hierarchy{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
+		fields := strings.Fields(sc.Text())
+		sep := -1
+		for i, x := range fields {
+			if x == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+3 >= len(fields) || len(fields) < 5 || fields[3] != "/" {
+			continue
+		}
+		mnt, fstype, super := fields[4], fields[sep+1], fields[sep+3]
+		switch fstype {
+		case "cgroup2":
+			if v2 == nil {
+				v2 = &hierarchy{mount: mnt, v2: true}
+			}
+		case "cgroup":
+			for _, o := range strings.Split(super, ",") {
+				switch o {
+				case ctlMemory, ctlCPU, ctlCPUAcct, ctlPids:
+					if v1[o] == nil {
+						v1[o] = &hierarchy{mount: mnt}
+					}
+				}
+			}
+		}
+	}
+	if v2 != nil {
+		b, _ := os.ReadFile(filepath.Join(v2.mount, "cgroup.controllers"))
+		for _, c := range strings.Fields(string(b)) {
+			if c == ctlMemory || c == ctlCPU || c == ctlPids {
+				h.ctl[c] = v2
+			}
+		}
+	}
+	for c, hy := range v1 {
+		if h.ctl[c] == nil && !(c == ctlCPUAcct && h.ctl[ctlCPU] != nil && h.ctl[ctlCPU].v2) {
+			h.ctl[c] = hy
+		}
+	}
+	return h
+}
+
+// describe says which version provides each controller, for doctor.
+func (h *cgroupHost) describe(c string) (string, bool) {
+	hy := h.ctl[c]
+	if hy == nil {
+		return "absent", false
+	}
+	if hy.v2 {
+		return "cgroup v2 at " + hy.mount, true
+	}
+	return "cgroup v1 at " + hy.mount, true
+}
+
+// hierarchies lists each distinct hierarchy in use, once.
+func (h *cgroupHost) hierarchies() []*hierarchy {
+	var out []*hierarchy
+	seen := map[*hierarchy]bool{}
+	for _, c := range []string{ctlMemory, ctlCPU, ctlCPUAcct, ctlPids} {
+		if hy := h.ctl[c]; hy != nil && !seen[hy] {
+			seen[hy] = true
+			out = append(out, hy)
+		}
+	}
+	return out
+}
+
+// cgLimits are the caps written into a sandbox's cgroup.
+type cgLimits struct {
+	memory int64
+	cpus   float64
+	pids   int
+}
+
+// cgroup is one sandbox's cgroup, possibly spread over several hierarchies.
+type cgroup struct {
+	host *cgroupHost
+	dirs map[*hierarchy]string
+}
+
+// ownerPrefix names this process in cgroup folder names, so that a later
+// airlock can tell leftovers of a dead process from live sandboxes.
+func ownerPrefix() string {
+	return fmt.Sprintf("%d-%d-", os.Getpid(), processStart(os.Getpid()))
+}
+
+// processStart reads a process's start time in clock ticks; 0 if gone.
+func processStart(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0
+	}
+	v, _ := strconv.ParseUint(f[19], 10, 64)
+	return v
+}
+
+// create makes the sandbox's cgroup in every hierarchy and writes the
+// limits. A missing controller is left out; the caller reports it.
+func (h *cgroupHost) create(name string, lim cgLimits) (*cgroup, error) {
+	cg := &cgroup{host: h, dirs: map[*hierarchy]string{}}
+	for _, hy := range h.hierarchies() {
+		dir, err := h.mkdir(hy, name)
+		if err != nil {
+			cg.remove()
+			return nil, err
+		}
+		cg.dirs[hy] = dir
+	}
+	if err := cg.setLimits(lim); err != nil {
+		cg.remove()
+		return nil, err
+	}
+	return cg, nil
+}
+
+// mkdir creates parent/name under hy, creating parent if needed. Another
+// airlock may remove an empty parent at any moment, so ENOENT is retried.
+func (h *cgroupHost) mkdir(hy *hierarchy, name string) (string, error) {
+	parent := filepath.Join(hy.mount, h.parent)
+	dir := filepath.Join(parent, name)
+	var err error
+	for range 20 {
+		if err = os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("cgroup %s: %w", parent, err)
+		}
+		if hy.v2 {
+			if err = enableControllers(hy.mount, parent); err != nil {
+				continue
+			}
+		}
+		if err = os.Mkdir(dir, 0o755); err == nil {
+			return dir, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+	}
+	return "", fmt.Errorf("cgroup %s: %w", dir, err)
+}
+
+// enableControllers turns on memory, cpu and pids for the children of
+// every folder from the v2 root down to dir.
+func enableControllers(root, dir string) error {
+	rel, err := filepath.Rel(root, dir)
+	if err != nil {
+		return err
+	}
+	cur := root
+	for _, part := range append([]string{""}, strings.Split(rel, "/")...) {
+		cur = filepath.Join(cur, part)
+		avail, err := os.ReadFile(filepath.Join(cur, "cgroup.controllers"))
+		if err != nil {
+			return err
+		}
+		var want []string
+		for _, c := range strings.Fields(string(avail)) {
+			if c == ctlMemory || c == ctlCPU || c == ctlPids {
+				want = append(want, "+"+c)
+			}
+		}
+		if len(want) == 0 {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(cur, "cgroup.subtree_control"), []byte(strings.Join(want, " ")), 0); err != nil {
+			return fmt.Errorf("enable %v in %s: %w", want, cur, err)
+		}
+	}
+	return nil
+}
+
+func (cg *cgroup) dir(ctl string) (string, bool) {
+	hy := cg.host.ctl[ctl]
+	if hy == nil {
+		return "", false
+	}
+	d, ok := cg.dirs[hy]
+	return d, ok
+}
+
+func (cg *cgroup) v2(ctl string) bool {
+	hy := cg.host.ctl[ctl]
+	return hy != nil && hy.v2
+}
+
+func writeFile(dir, name, val string) error {
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(val), 0); err != nil {
+		return fmt.Errorf("cgroup %s: %w", name, err)
+	}
+	return nil
+}
+
+func (cg *cgroup) setLimits(lim cgLimits) error {
+	if err := cg.setMemory(lim.memory); err != nil {
+		return err
+	}
+	if d, ok := cg.dir(ctlCPU); ok {
+		const period = 100000
+		quota := max(1000, int64(lim.cpus*period))
+		var err error
+		if cg.v2(ctlCPU) {
+			err = writeFile(d, "cpu.max", fmt.Sprintf("%d %d", quota, period))
+		} else if err = writeFile(d, "cpu.cfs_period_us", strconv.Itoa(period)); err == nil {
+			err = writeFile(d, "cpu.cfs_quota_us", strconv.FormatInt(quota, 10))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if d, ok := cg.dir(ctlPids); ok {
+		if err := writeFile(d, "pids.max", strconv.Itoa(lim.pids)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setMemory caps memory and forbids swap. It may be called again to raise
+// the cap (input files are added on top of the policy's memory).
+func (cg *cgroup) setMemory(bytes int64) error {
+	d, ok := cg.dir(ctlMemory)
+	if !ok {
+		return nil
+	}
+	v := strconv.FormatInt(bytes, 10)
+	if cg.v2(ctlMemory) {
+		if err := writeFile(d, "memory.max", v); err != nil {
+			return err
+		}
+		if _, err := os.Stat(filepath.Join(d, "memory.swap.max")); err == nil {
+			return writeFile(d, "memory.swap.max", "0")
+		}
+		return nil
+	}
+	// v1: memsw (memory+swap) must stay >= limit, so the order depends on
+	// whether the cap goes up or down; try both orders.
+	memsw := filepath.Join(d, "memory.memsw.limit_in_bytes")
+	_, hasSwap := os.Stat(memsw)
+	if hasSwap == nil {
+		if err := writeFile(d, "memory.memsw.limit_in_bytes", v); err == nil {
+			return writeFile(d, "memory.limit_in_bytes", v)
+		}
+	}
+	if err := writeFile(d, "memory.limit_in_bytes", v); err != nil {
+		return err
+	}
+	if hasSwap == nil {
+		return writeFile(d, "memory.memsw.limit_in_bytes", v)
+	}
+	return writeFile(d, "memory.swappiness", "0")
+}
+
+// addProc moves pid into the cgroup in every hierarchy.
+func (cg *cgroup) addProc(pid int) error {
+	for _, d := range cg.dirs {
+		if err := writeFile(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cgStats are the counters read around one command.
+type cgStats struct {
+	oomKills  int64
+	pidsMax   int64
+	cpuNanos  int64
+	peakBytes int64
+	hasCPU    bool
+	hasPeak   bool
+}
+
+func (cg *cgroup) stats() cgStats {
+	var s cgStats
+	if d, ok := cg.dir(ctlMemory); ok {
+		if cg.v2(ctlMemory) {
+			s.oomKills = keyedValue(filepath.Join(d, "memory.events"), "oom_kill")
+			s.peakBytes, s.hasPeak = intFile(filepath.Join(d, "memory.peak"))
+		} else {
+			s.oomKills = keyedValue(filepath.Join(d, "memory.oom_control"), "oom_kill")
+			s.peakBytes, s.hasPeak = intFile(filepath.Join(d, "memory.max_usage_in_bytes"))
+		}
+	}
+	if d, ok := cg.dir(ctlPids); ok {
+		s.pidsMax = keyedValue(filepath.Join(d, "pids.events"), "max")
+	}
+	if cg.v2(ctlCPU) {
+		d, _ := cg.dir(ctlCPU)
+		s.cpuNanos = keyedValue(filepath.Join(d, "cpu.stat"), "usage_usec") * 1000
+		s.hasCPU = true
+	} else if d, ok := cg.dir(ctlCPUAcct); ok {
+		s.cpuNanos, s.hasCPU = intFile(filepath.Join(d, "cpuacct.usage"))
+	}
+	return s
+}
+
+// resetPeak restarts peak-memory tracking, where the kernel allows it
+// (v1 always; v2 since Linux 6.12).
+func (cg *cgroup) resetPeak() {
+	if d, ok := cg.dir(ctlMemory); ok {
+		if cg.v2(ctlMemory) {
+			_ = os.WriteFile(filepath.Join(d, "memory.peak"), []byte("reset"), 0)
+		} else {
+			_ = os.WriteFile(filepath.Join(d, "memory.max_usage_in_bytes"), []byte("0"), 0)
+		}
+	}
+}
+
+// remove kills anything still inside (nothing should be) and removes the
+// cgroup folders, then the shared parent folder if it is empty.
+func (cg *cgroup) remove() error {
+	var errs []error
+	for hy, d := range cg.dirs {
+		if err := removeCgroupDir(d); err != nil {
+			errs = append(errs, err)
+		}
+		_ = os.Remove(filepath.Join(hy.mount, cg.host.parent))
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroupDir empties and removes one cgroup folder. The last tasks of
+// a killed sandbox may take a moment to leave, so EBUSY is retried.
+func removeCgroupDir(d string) error {
+	var err error
+	for i := range 200 {
+		if err = os.Remove(d); err == nil || errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) {
+			break
+		}
+		killCgroupProcs(d)
+		time.Sleep(time.Duration(min(i+1, 20)) * time.Millisecond)
+	}
+	return fmt.Errorf("remove cgroup %s: %w", d, err)
+}
+
+func killCgroupProcs(d string) {
+	b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// cleanupStale removes the cgroups of airlock processes that died without
+// cleaning up (killed with SIGKILL, say). Sandboxes of live processes are
+// left alone.
+func (h *cgroupHost) cleanupStale() []string {
+	var removed []string
+	for _, hy := range h.hierarchies() {
+		parent := filepath.Join(hy.mount, h.parent)
+		ents, err := os.ReadDir(parent)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if !e.IsDir() || ownerAlive(e.Name()) {
+				continue
+			}
+			d := filepath.Join(parent, e.Name())
+			if removeCgroupDir(d) == nil {
+				removed = append(removed, d)
+			}
+		}
+		_ = os.Remove(parent)
+	}
+	return removed
+}
+
+// ownerAlive parses "PID-START-ID" and checks that process still runs.
+func ownerAlive(name string) bool {
+	parts := strings.SplitN(name, "-", 3)
+	if len(parts) != 3 {
+		return true // not ours to judge
+	}
+	pid, err1 := strconv.Atoi(parts[0])
+	start, err2 := strconv.ParseUint(parts[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return true
+	}
+	return processStart(pid) == start
+}
+
+func intFile(p string) (int64, bool) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return v, err == nil
+}
+
+// keyedValue reads "key value" lines and returns key's value, 0 if absent.
+func keyedValue(p, key string) int64 {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}

@@ -1,0 +1,312 @@
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// defaultEnv is what every command gets before the policy's and the
+// request's variables; nothing else of the host's environment enters.
+var defaultEnv = map[string]string{
+	"PATH": "/usr/local/bin:/usr/bin:/bin",
+	"HOME": "/tmp",
+	"LANG": "C.UTF-8",
+}
+
+// killGrace bounds how long a killed command may take to be reaped before
+// the whole sandbox is torn down instead.
+const killGrace = 5 * time.Second
+
+// Exec runs one command under its own reaper and waits for it.
+func (i *instance) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Result, error) {
+	res := sandbox.Result{ID: i.id, Backend: "native", Weakened: i.weakened,
+		Artifacts: []sandbox.Artifact{}, Egress: []sandbox.EgressEvent{}}
+	spec, timeout, err := i.execSpec(req)
+	if err != nil {
+		return res, err
+	}
+	p, err := newExecPipes(req.Stdin)
+	if err != nil {
+		return res, err
+	}
+	defer p.close()
+	lim := i.policy.Limits
+	stdout := &capBuffer{max: lim.OutputBytes, tee: req.Stdout}
+	stderr := &capBuffer{max: lim.OutputBytes, tee: req.Stderr}
+	var before cgStats
+	if i.cg != nil {
+		i.cg.resetPeak()
+		before = i.cg.stats()
+	}
+	start := time.Now()
+	seq := i.seq.Add(1)
+	go p.writeSpec(spec)
+	if err := i.request(ctx, message{Op: opExec, Seq: seq}, p.theirs()...); err != nil {
+		return res, fmt.Errorf("start command: %w", err)
+	}
+	p.closeTheirs()
+	go p.feedStdin(req.Stdin)
+	var wg sync.WaitGroup
+	wg.Add(3)
+	var statusBytes []byte
+	go func() { defer wg.Done(); _, _ = io.Copy(stdout, p.stdoutR) }()
+	go func() { defer wg.Done(); _, _ = io.Copy(stderr, p.stderrR) }()
+	go func() { defer wg.Done(); statusBytes, _ = io.ReadAll(io.LimitReader(p.statusR, 1<<16)) }()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var waitErr error
+	select {
+	case <-done:
+	case <-timer.C:
+		res.TimedOut = true
+		waitErr = i.killExec(seq, done)
+	case <-ctx.Done():
+		waitErr = i.killExec(seq, done)
+		if waitErr == nil {
+			waitErr = ctx.Err()
+		}
+	case <-i.dead:
+		waitErr = errDead
+	}
+	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	res.Stdout, res.StdoutTruncated = stdout.String(), stdout.truncated()
+	res.Stderr, res.StderrTruncated = stderr.String(), stderr.truncated()
+	st, reported := decodeStatus(statusBytes)
+	i.fillResult(&res, st, reported, before)
+	return res, waitErr
+}
+
+// killExec asks init to kill the command's reaper, which ends its whole
+// pid namespace, and waits for the pipes to close. If that does not
+// happen in time, the sandbox itself is torn down.
+func (i *instance) killExec(seq uint64, done <-chan struct{}) error {
+	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
+	defer cancel()
+	_ = i.request(ctx, message{Op: opKill, Target: seq})
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	_ = i.Destroy(context.Background())
+	<-done
+	return fmt.Errorf("command did not die after kill; sandbox destroyed: %w", errDead)
+}
+
+// fillResult turns the reaper's report and the cgroup counters into the
+// Result's status fields.
+func (i *instance) fillResult(res *sandbox.Result, st execStatus, reported bool, before cgStats) {
+	switch {
+	case res.TimedOut:
+		res.ExitCode = sandbox.ExitTimeout
+		res.Signal = "SIGKILL"
+	case !reported:
+		res.ExitCode = 128 + int(unix.SIGKILL)
+		res.Signal = "SIGKILL"
+	case st.Error != "":
+		res.ExitCode = st.ExitCode
+		res.Stderr += "airlock: " + st.Error + "\n"
+	default:
+		res.ExitCode = st.ExitCode
+		if st.Signal != 0 {
+			res.Signal = unix.SignalName(unix.Signal(st.Signal))
+		}
+	}
+	res.Usage.CPUMillis = float64(st.UserMicros+st.SysMicros) / 1000
+	res.Usage.PeakMemoryBytes = st.MaxRSS
+	if i.cg == nil {
+		return
+	}
+	after := i.cg.stats()
+	if after.hasCPU {
+		res.Usage.CPUMillis = float64(after.cpuNanos-before.cpuNanos) / 1e6
+	}
+	if after.hasPeak {
+		res.Usage.PeakMemoryBytes = after.peakBytes
+	}
+	res.OOMKilled = after.oomKills > before.oomKills
+	res.PidsLimitHit = after.pidsMax > before.pidsMax
+}
+
+// execSpec builds the reaper's instructions and the effective timeout.
+func (i *instance) execSpec(req sandbox.ExecRequest) (execSpec, time.Duration, error) {
+	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
+		return execSpec{}, 0, fmt.Errorf("empty command: %w", sandbox.ErrInvalid)
+	}
+	for _, a := range req.Cmd {
+		if strings.ContainsRune(a, 0) {
+			return execSpec{}, 0, fmt.Errorf("command argument contains NUL: %w", sandbox.ErrInvalid)
+		}
+	}
+	env := map[string]string{}
+	for _, m := range []map[string]string{defaultEnv, i.policy.Env, req.Env} {
+		for k, v := range m {
+			if _, _, err := sandbox.ParseEnv(k + "=" + v); err != nil {
+				return execSpec{}, 0, err
+			}
+			env[k] = v
+		}
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	envList := make([]string, 0, len(keys))
+	for _, k := range keys {
+		envList = append(envList, k+"="+env[k])
+	}
+	timeout := time.Duration(i.policy.Limits.Timeout)
+	if req.Timeout != 0 {
+		timeout = time.Duration(req.Timeout)
+		if timeout < 0 || timeout > 24*time.Hour {
+			return execSpec{}, 0, fmt.Errorf("timeout %v out of range: %w", timeout, sandbox.ErrInvalid)
+		}
+	}
+	dir := req.Dir
+	if dir == "" {
+		dir = workspaceDir
+	}
+	if !strings.HasPrefix(dir, "/") {
+		return execSpec{}, 0, fmt.Errorf("working folder %q must be absolute: %w", dir, sandbox.ErrInvalid)
+	}
+	spec := execSpec{Argv: req.Cmd, Env: envList, Dir: dir}
+	return spec, timeout, nil
+}
+
+// sandboxLimits builds what init applies once and every command inherits:
+// the sandbox user, rlimits, Landlock. Where a cgroup controller is
+// missing, an rlimit stands in for it (weaker, and reported in
+// Result.Weakened).
+func (i *instance) sandboxLimits(h *hostInfo) *sandboxLimits {
+	lim := i.policy.Limits
+	fixed := func(res int, v uint64) rlimit { return rlimit{Resource: res, Cur: v, Max: v} }
+	rl := []rlimit{
+		fixed(unix.RLIMIT_CORE, 0),
+		fixed(unix.RLIMIT_NOFILE, uint64(lim.OpenFiles)),
+		fixed(unix.RLIMIT_FSIZE, uint64(lim.DiskBytes)),
+	}
+	has := func(ctl string) bool { return i.cg != nil && h.cgroups.ctl[ctl] != nil }
+	if !has(ctlMemory) {
+		rl = append(rl, fixed(unix.RLIMIT_AS, uint64(lim.MemoryBytes)))
+	}
+	if !has(ctlCPU) {
+		secs := uint64(time.Duration(lim.Timeout).Seconds()*lim.CPUs) + 1
+		rl = append(rl, fixed(unix.RLIMIT_CPU, secs))
+	}
+	if !has(ctlPids) {
+		rl = append(rl, fixed(unix.RLIMIT_NPROC, uint64(lim.Pids+initTasks)))
+	}
+	l := &sandboxLimits{UID: sandboxUID, GID: sandboxGID, SetGroups: !i.rootless, Rlimits: rl, OOMScoreAdj: 1000}
+	if h.landlockABI > 0 {
+		l.Landlock = &llConfig{
+			ABI:      h.landlockABI,
+			ReadOnly: []string{"/"},
+			Writable: []string{"/tmp", outputDir, "/dev/shm"},
+			Devices:  prefixAll("/dev/", deviceNodes),
+		}
+	}
+	return l
+}
+
+func prefixAll(p string, names []string) []string {
+	out := make([]string, len(names))
+	for k, n := range names {
+		out[k] = p + n
+	}
+	return out
+}
+
+// execPipes are the five descriptors one command gets, with the ends the
+// supervisor keeps.
+type execPipes struct {
+	stdinR, stdinW   *os.File // stdinW nil when stdin is /dev/null or passed through
+	stdoutR, stdoutW *os.File
+	stderrR, stderrW *os.File
+	statusR, statusW *os.File
+	specR, specW     *os.File
+}
+
+func newExecPipes(stdin io.Reader) (*execPipes, error) {
+	p := &execPipes{}
+	var err error
+	mk := func(r, w **os.File) {
+		if err == nil {
+			*r, *w, err = os.Pipe()
+		}
+	}
+	mk(&p.stdoutR, &p.stdoutW)
+	mk(&p.stderrR, &p.stderrW)
+	mk(&p.statusR, &p.statusW)
+	mk(&p.specR, &p.specW)
+	switch f, ok := stdin.(*os.File); {
+	case err != nil:
+	case stdin == nil:
+		p.stdinR, err = os.Open(os.DevNull)
+	case ok && passable(f):
+		p.stdinR, err = os.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	default:
+		mk(&p.stdinR, &p.stdinW)
+	}
+	if err != nil {
+		p.close()
+		return nil, fmt.Errorf("command pipes: %w", err)
+	}
+	return p, nil
+}
+
+// passable tells whether a caller's stdin file may be handed to the
+// sandbox as is: regular files and pipes yes, terminals and devices no.
+func passable(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && (st.Mode().IsRegular() || st.Mode()&os.ModeNamedPipe != 0)
+}
+
+// theirs are the ends that go to the reaper, in its fd order 0-4.
+func (p *execPipes) theirs() []*os.File {
+	return []*os.File{p.stdinR, p.stdoutW, p.stderrW, p.statusW, p.specR}
+}
+
+func (p *execPipes) closeTheirs() {
+	for _, f := range p.theirs() {
+		f.Close()
+	}
+}
+
+func (p *execPipes) close() {
+	for _, f := range []*os.File{p.stdinR, p.stdinW, p.stdoutR, p.stdoutW, p.stderrR, p.stderrW,
+		p.statusR, p.statusW, p.specR, p.specW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+func (p *execPipes) writeSpec(spec execSpec) {
+	_ = json.NewEncoder(p.specW).Encode(spec)
+	p.specW.Close()
+}
+
+// feedStdin copies the caller's stdin into the command's. It ends when the
+// reader ends or the command closes its stdin; a reader that blocks
+// forever keeps this goroutine until it returns.
+func (p *execPipes) feedStdin(r io.Reader) {
+	if p.stdinW == nil {
+		return
+	}
+	_, _ = io.Copy(p.stdinW, r)
+	p.stdinW.Close()
+}

@@ -1,0 +1,286 @@
+package native
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// initMain is pid 1 of the sandbox. It builds the root, then serves the
+// supervisor's requests: start a command, kill one. It reaps every
+// process of the sandbox. When the supervisor goes away, so does init,
+// and the kernel kills everything else in the sandbox's pid namespace.
+func initMain() int {
+	// Die with the supervisor. A supervisor that died before this line
+	// closed the control socket, which ends the loop below.
+	_ = prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL))
+	_ = prctl(unix.PR_SET_DUMPABLE, 0)
+	ignoreSignals()
+	ch, err := newChannel(os.NewFile(3, "control"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "airlock init:", err)
+		return 1
+	}
+	m, _, err := ch.recv()
+	if err != nil || m.Op != opConfig || m.Config == nil || m.Config.Limits == nil {
+		fmt.Fprintln(os.Stderr, "airlock init: no config:", err)
+		return 1
+	}
+	br, err := setupSandbox(m.Config)
+	if err != nil {
+		_ = ch.send(message{Op: opReady, Error: err.Error()})
+		return 1
+	}
+	err = ch.send(message{Op: opReady}, br.output, br.input)
+	br.output.Close()
+	br.input.Close()
+	if err != nil {
+		return 1
+	}
+	in := &initState{ch: ch, limits: m.Config.Limits, running: map[int]*command{}, bySeq: map[uint64]*command{}}
+	go in.reapLoop()
+	in.serve()
+	return 0
+}
+
+// setupSandbox does everything that must happen once, before any command.
+func setupSandbox(cfg *initConfig) (builtRoot, error) {
+	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+		return builtRoot{}, fmt.Errorf("sethostname: %w", err)
+	}
+	if err := loopbackUp(); err != nil {
+		return builtRoot{}, err
+	}
+	br, err := buildRoot(cfg)
+	if err != nil {
+		return br, err
+	}
+	return br, applyLimits(cfg.Limits)
+}
+
+// loopbackUp brings up lo, the only interface of the sandbox's network
+// namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	return nil
+}
+
+// command is one running command, as init tracks it.
+type command struct {
+	seq    uint64
+	pid    int
+	status *os.File
+}
+
+// initState is init's bookkeeping while it serves requests.
+type initState struct {
+	ch     *channel
+	limits *sandboxLimits
+
+	// mu orders starting commands against ending them, so that clearing
+	// the leftovers of the last command never hits a command just started.
+	mu      sync.Mutex
+	running map[int]*command
+	bySeq   map[uint64]*command
+}
+
+func (in *initState) serve() {
+	for {
+		m, files, err := in.ch.recv()
+		if err != nil {
+			return // the supervisor is gone: end the sandbox
+		}
+		go in.handle(m, files)
+	}
+}
+
+func (in *initState) handle(m message, files []*os.File) {
+	defer closeAll(files)
+	var err error
+	switch m.Op {
+	case opExec:
+		err = in.exec(m.Seq, files)
+	case opKill:
+		in.kill(m.Target)
+	default:
+		err = fmt.Errorf("unknown request %q", m.Op)
+	}
+	reply := message{Op: opDone, Seq: m.Seq}
+	if err != nil {
+		reply.Error = err.Error()
+	}
+	_ = in.ch.send(reply)
+}
+
+// exec starts a command. The five descriptors are its stdin, stdout and
+// stderr, then the status pipe init reports on and the pipe the spec
+// comes through. A command that cannot start is reported on the status
+// pipe like one that exited, with the shell's 126 or 127.
+func (in *initState) exec(seq uint64, files []*os.File) error {
+	if len(files) != 5 {
+		return fmt.Errorf("exec: want 5 descriptors, got %d", len(files))
+	}
+	var spec execSpec
+	if err := json.NewDecoder(io.LimitReader(files[4], 64<<20)).Decode(&spec); err != nil {
+		return fmt.Errorf("exec spec: %w", err)
+	}
+	status, err := dupFile(files[3])
+	if err != nil {
+		return err
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	pid, code, err := spawn(in.limits, spec, []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()})
+	if err != nil {
+		writeStatus(status, execStatus{Error: err.Error(), ExitCode: code})
+		return nil
+	}
+	// Under memory pressure on the host, sandboxed code goes first.
+	_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(strconv.Itoa(in.limits.OOMScoreAdj)), 0)
+	c := &command{seq: seq, pid: pid, status: status}
+	in.running[pid] = c
+	in.bySeq[seq] = c
+	return nil
+}
+
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+func writeStatus(f *os.File, st execStatus) {
+	b, _ := json.Marshal(st)
+	_, _ = f.Write(b)
+	f.Close()
+}
+
+// reapLoop reaps every child of init: commands, and whatever they left
+// behind, which the kernel hands to pid 1.
+func (in *initState) reapLoop() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, unix.SIGCHLD)
+	for range sig {
+		for {
+			var ws unix.WaitStatus
+			var ru unix.Rusage
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, &ru)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			in.finished(pid, ws, &ru)
+		}
+	}
+}
+
+// finished records the end of a command. When it was the last command
+// running, everything left in the sandbox is killed: background and
+// double-forked processes never outlive the commands that started them.
+func (in *initState) finished(pid int, ws unix.WaitStatus, ru *unix.Rusage) {
+	in.mu.Lock()
+	c, ok := in.running[pid]
+	if ok {
+		delete(in.running, pid)
+		delete(in.bySeq, c.seq)
+		if len(in.running) == 0 {
+			_ = unix.Kill(-1, unix.SIGKILL)
+		}
+	}
+	in.mu.Unlock()
+	if !ok {
+		return
+	}
+	st := execStatus{
+		UserMicros: ru.Utime.Sec*1e6 + ru.Utime.Usec,
+		SysMicros:  ru.Stime.Sec*1e6 + ru.Stime.Usec,
+		MaxRSS:     ru.Maxrss * 1024,
+	}
+	switch {
+	case ws.Exited():
+		st.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		st.Signal = int(ws.Signal())
+		st.ExitCode = 128 + st.Signal
+	}
+	writeStatus(c.status, st)
+}
+
+// kill ends a command and everything it started. When it is the only
+// command, that is everything in the sandox but init; otherwise its
+// descendants are found by their parent links.
+func (in *initState) kill(seq uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	c, ok := in.bySeq[seq]
+	if !ok {
+		return
+	}
+	if len(in.running) == 1 {
+		_ = unix.Kill(-1, unix.SIGKILL)
+		return
+	}
+	for _, pid := range descendants(c.pid) {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	_ = unix.Kill(c.pid, unix.SIGKILL)
+}
+
+// descendants lists the processes below pid, read from /proc.
+func descendants(root int) []int {
+	parent := map[int]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i >= 0 {
+			if f := strings.Fields(s[i+1:]); len(f) > 1 {
+				parent[pid], _ = strconv.Atoi(f[1])
+			}
+		}
+	}
+	var out []int
+	for pid := range parent {
+		for p := parent[pid]; p > 1; p = parent[p] {
+			if p == root {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,383 @@
+package native
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// instance is one native sandbox, seen from the supervisor.
+type instance struct {
+	id       string
+	backend  *Backend
+	policy   sandbox.Policy
+	weakened []string
+	rootless bool
+
+	cmd       *exec.Cmd
+	initErr   *capBuffer // init's stderr, for error messages
+	ch        *channel
+	cg        *cgroup // nil when cgroups are unavailable
+	hostRoot  int     // host uid and gid of the sandbox's root; -1 rootless
+	outputDir *os.File
+	inputDir  *os.File      // writable detached mount of /workspace/input
+	dead      chan struct{} // closed when init has been reaped
+
+	seq     atomic.Uint64
+	mu      sync.Mutex
+	pending map[uint64]chan message
+	gone    error // set once the control channel failed
+
+	destroy    sync.Once
+	destroyErr error
+}
+
+var _ sandbox.Instance = (*instance)(nil)
+
+// ID is the sandbox's id.
+func (i *instance) ID() string { return i.id }
+
+// start creates the cgroup, starts init in new namespaces, hands it the
+// root plan and waits until the root is built.
+func (i *instance) start(ctx context.Context, h *hostInfo, plan []rootEntry) error {
+	if h.cgroupErr == nil {
+		lim := i.policy.Limits
+		cg, err := h.cgroups.create(ownerPrefix()+i.id, cgLimits{memory: lim.MemoryBytes, cpus: lim.CPUs, pids: lim.Pids + initTasks})
+		if err != nil {
+			return err
+		}
+		i.cg = cg
+	}
+	ours, theirs, err := socketPair()
+	if err != nil {
+		return err
+	}
+	i.initErr = &capBuffer{max: 16 << 10}
+	i.hostRoot = -1
+	if h.root {
+		i.hostRoot = hostIDBase()
+	}
+	i.cmd = initCommand(h, theirs, i.initErr, i.hostRoot)
+	err = runLocked(i.cmd.Start, func() {
+		_ = i.cmd.Wait()
+		close(i.dead)
+	})
+	theirs.Close()
+	if err != nil {
+		ours.Close()
+		close(i.dead)
+		return fmt.Errorf("start sandbox init: %w", err)
+	}
+	if i.ch, err = newChannel(ours); err != nil {
+		return err
+	}
+	if i.cg != nil {
+		if err := i.cg.addProc(i.cmd.Process.Pid); err != nil {
+			return err
+		}
+	}
+	cfg := &initConfig{
+		Hostname: sandboxHostname, Root: plan, UID: sandboxUID, GID: sandboxGID,
+		DiskBytes: i.policy.Limits.DiskBytes, DiskInodes: i.policy.Limits.DiskInodes,
+		Limits: i.sandboxLimits(h),
+	}
+	if err := i.ch.send(message{Op: opConfig, Config: cfg}); err != nil {
+		return err
+	}
+	ready := make(chan error, 1)
+	go func() {
+		m, files, err := i.ch.recv()
+		switch {
+		case err != nil:
+			ready <- err
+		case m.Op != opReady:
+			closeAll(files)
+			ready <- fmt.Errorf("unexpected %q from init", m.Op)
+		case m.Error != "":
+			closeAll(files)
+			ready <- errors.New(m.Error)
+		case len(files) != 2:
+			closeAll(files)
+			ready <- fmt.Errorf("init passed %d descriptors, want 2", len(files))
+		default:
+			i.outputDir, i.inputDir = files[0], files[1]
+			ready <- nil
+		}
+	}()
+	select {
+	case err = <-ready:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("build sandbox: %w%s", err, i.initStderr())
+	}
+	go i.readLoop()
+	return nil
+}
+
+// initStderr returns what init printed, for error messages.
+func (i *instance) initStderr() string {
+	if i.initErr == nil || i.initErr.Len() == 0 {
+		return ""
+	}
+	return " (init: " + strings.TrimSpace(i.initErr.String()) + ")"
+}
+
+// readLoop hands each reply from init to the request waiting for it.
+func (i *instance) readLoop() {
+	for {
+		m, files, err := i.ch.recv()
+		closeAll(files)
+		if err != nil {
+			i.mu.Lock()
+			i.gone = errDead
+			for seq, c := range i.pending {
+				close(c)
+				delete(i.pending, seq)
+			}
+			i.mu.Unlock()
+			return
+		}
+		i.mu.Lock()
+		c := i.pending[m.Seq]
+		delete(i.pending, m.Seq)
+		i.mu.Unlock()
+		if c != nil {
+			c <- m
+		}
+	}
+}
+
+// request sends one message to init and waits for its reply.
+// A zero m.Seq gets a fresh number.
+func (i *instance) request(ctx context.Context, m message, files ...*os.File) error {
+	if m.Seq == 0 {
+		m.Seq = i.seq.Add(1)
+	}
+	c := make(chan message, 1)
+	i.mu.Lock()
+	if i.gone != nil {
+		i.mu.Unlock()
+		return i.gone
+	}
+	i.pending[m.Seq] = c
+	i.mu.Unlock()
+	if err := i.ch.send(m, files...); err != nil {
+		i.mu.Lock()
+		delete(i.pending, m.Seq)
+		i.mu.Unlock()
+		return err
+	}
+	select {
+	case r, ok := <-c:
+		if !ok {
+			return errDead
+		}
+		if r.Error != "" {
+			return errors.New(r.Error)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// PutInput stores r as /workspace/input/NAME, read-only inside. The file
+// lives in RAM, charged to this process, not to the sandbox's memory cap.
+func (i *instance) PutInput(ctx context.Context, name string, r io.Reader) error {
+	if err := checkInputName(name); err != nil {
+		return err
+	}
+	if i.inputDir == nil {
+		return sandbox.ErrDestroyed
+	}
+	f, err := i.createInput(name)
+	if err != nil {
+		return fmt.Errorf("input %s: %w", name, err)
+	}
+	_, err = io.Copy(f, ctxReader{ctx, r})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = unix.Unlinkat(int(i.inputDir.Fd()), name, 0)
+		return fmt.Errorf("input %s: %w", name, err)
+	}
+	return nil
+}
+
+// createInput creates the file in the input tmpfs. The tmpfs belongs to
+// the sandbox's user namespace, where host root has no id, so as root the
+// file is created by a thread whose filesystem ids are the sandbox root's.
+func (i *instance) createInput(name string) (*os.File, error) {
+	open := func() (*os.File, error) {
+		fd, err := unix.Openat2(int(i.inputDir.Fd()), name, &unix.OpenHow{
+			Flags:   unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_CLOEXEC,
+			Mode:    0o444,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return os.NewFile(uintptr(fd), name), nil
+	}
+	if i.hostRoot < 0 {
+		return open()
+	}
+	type result struct {
+		f   *os.File
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread's ids are changed
+		unix.Setfsgid(i.hostRoot)
+		unix.Setfsuid(i.hostRoot)
+		f, err := open()
+		done <- result{f, err}
+	}()
+	r := <-done
+	return r.f, r.err
+}
+
+// ctxReader stops a copy when its context ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// checkInputName accepts a plain file name: no folders, no dot names, no
+// control characters.
+func checkInputName(name string) error {
+	if name == "" || name == "." || name == ".." || len(name) > 255 || strings.ContainsAny(name, "/\\") {
+		return fmt.Errorf("input name %q: must be a plain file name: %w", name, sandbox.ErrInvalid)
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("input name %q: contains a control character: %w", name, sandbox.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// Output opens /workspace/output for the artifact filter.
+func (i *instance) Output(ctx context.Context) (*os.File, error) {
+	if i.outputDir == nil {
+		return nil, sandbox.ErrDestroyed
+	}
+	fd, err := unix.FcntlInt(i.outputDir.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("output folder: %w", err)
+	}
+	return os.NewFile(uintptr(fd), outputDir), nil
+}
+
+// Destroy kills init, which takes every process of the sandbox with it,
+// and removes the cgroup. Mounts and namespaces die with the processes.
+func (i *instance) Destroy(ctx context.Context) error {
+	i.destroy.Do(func() {
+		if i.cmd != nil && i.cmd.Process != nil {
+			_ = i.cmd.Process.Kill()
+		}
+		if i.ch != nil {
+			i.ch.close()
+		}
+		select {
+		case <-i.dead:
+		case <-time.After(waitTimeout):
+			i.destroyErr = fmt.Errorf("sandbox %s: init not reaped after %v", i.id, waitTimeout)
+		}
+		for _, f := range []**os.File{&i.outputDir, &i.inputDir} {
+			if *f != nil {
+				(*f).Close()
+				*f = nil
+			}
+		}
+		if i.cg != nil {
+			i.destroyErr = errors.Join(i.destroyErr, i.cg.remove())
+		}
+	})
+	return i.destroyErr
+}
+
+// capBuffer keeps the first max bytes written to it and counts the rest;
+// it never fails a write, so the writer is never blocked or broken by it.
+// What it keeps may also be teed to another writer as it comes.
+type capBuffer struct {
+	mu        sync.Mutex
+	max       int64
+	buf       bytes.Buffer
+	total     int64
+	tee       io.Writer
+	teeFailed bool
+}
+
+func (c *capBuffer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total += int64(len(p))
+	room := c.max - int64(c.buf.Len())
+	if room <= 0 {
+		return len(p), nil
+	}
+	kept := p[:min(int64(len(p)), room)]
+	c.buf.Write(kept)
+	if c.tee != nil && !c.teeFailed {
+		if _, err := c.tee.Write(kept); err != nil {
+			c.teeFailed = true
+		}
+	}
+	return len(p), nil
+}
+
+func (c *capBuffer) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.Len()
+}
+
+func (c *capBuffer) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
+}
+
+func (c *capBuffer) truncated() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total > int64(c.buf.Len())
+}
+
+// decodeStatus reads the reaper's report; an empty report means the
+// reaper was killed before it could write one.
+func decodeStatus(b []byte) (execStatus, bool) {
+	var st execStatus
+	if len(bytes.TrimSpace(b)) == 0 {
+		return st, false
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, false
+	}
+	return st, true
+}

@@ -1,0 +1,105 @@
+package native
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Thin wrappers over the kernel's mount API (open_tree, mount_setattr,
+// move_mount, fsopen/fsmount), which builds each mount detached, sets its
+// flags, and only then attaches it: no mount is ever visible half-made.
+
+// cloneMount makes a detached copy of the mount tree at path (dirfd-relative
+// when dirfd is not AT_FDCWD; path "" means dirfd itself).
+func cloneMount(dirfd int, path string, recursive bool) (int, error) {
+	flags := unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC
+	if recursive {
+		flags |= unix.AT_RECURSIVE
+	}
+	if path == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
+	fd, err := unix.OpenTree(dirfd, path, uint(flags))
+	if err != nil {
+		return -1, fmt.Errorf("clone mount %s: %w", path, err)
+	}
+	return fd, nil
+}
+
+// setMountAttr sets flags (MOUNT_ATTR_*) on a detached or attached mount
+// and makes it private, so nothing propagates to or from the host.
+func setMountAttr(fd int, set uint64, recursive bool) error {
+	flags := unix.AT_EMPTY_PATH
+	if recursive {
+		flags |= unix.AT_RECURSIVE
+	}
+	attr := unix.MountAttr{Attr_set: set, Propagation: unix.MS_PRIVATE}
+	if err := unix.MountSetattr(fd, "", uint(flags), &attr); err != nil {
+		return fmt.Errorf("mount_setattr %#x: %w", set, err)
+	}
+	return nil
+}
+
+// attachMount attaches the detached mount fd at path and closes fd.
+func attachMount(fd int, path string) error {
+	defer unix.Close(fd)
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach mount at %s: %w", path, err)
+	}
+	return nil
+}
+
+// newFS creates a detached mount of a fresh filesystem of type fstype with
+// the given options and mount flags.
+func newFS(fstype string, opts [][2]string, attrs uint64) (int, error) {
+	fsfd, err := unix.Fsopen(fstype, unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen %s: %w", fstype, err)
+	}
+	defer unix.Close(fsfd)
+	for _, o := range opts {
+		if err := unix.FsconfigSetString(fsfd, o[0], o[1]); err != nil {
+			return -1, fmt.Errorf("%s option %s=%s: %w", fstype, o[0], o[1], err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, fmt.Errorf("create %s: %w", fstype, err)
+	}
+	fd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, int(attrs))
+	if err != nil {
+		return -1, fmt.Errorf("fsmount %s: %w", fstype, err)
+	}
+	return fd, nil
+}
+
+// bindReadOnly clones src (recursively) read-only, nosuid, nodev onto dst.
+func bindReadOnly(src, dst string) error {
+	fd, err := cloneMount(unix.AT_FDCWD, src, true)
+	if err != nil {
+		return err
+	}
+	if err := setMountAttr(fd, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, true); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	return attachMount(fd, dst)
+}
+
+// mountPointFor creates an empty file or folder at dst, matching src's kind,
+// for a bind mount to land on.
+func mountPointFor(src, dst string) error {
+	st, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() {
+		return os.MkdirAll(dst, 0o755)
+	}
+	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,266 @@
+package native
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+// Options configure the native backend.
+type Options struct {
+	// CgroupParent is the folder, under each cgroup hierarchy's root, that
+	// holds the sandboxes' cgroups. Default "airlock".
+	CgroupParent string
+	// Images resolves image names other than "host" to rootfs folders;
+	// nil means only "host" and folder paths are accepted.
+	Images ImageResolver
+	// Logger receives lifecycle events; nil discards them.
+	Logger *slog.Logger
+}
+
+// ImageResolver finds the rootfs folder of a named image.
+type ImageResolver interface {
+	RootFS(name string) (string, error)
+}
+
+// Backend creates native sandboxes.
+type Backend struct {
+	opts     Options
+	hostOnce sync.Once
+	host     *hostInfo
+	cleaned  sync.Once
+}
+
+var _ sandbox.Backend = (*Backend)(nil)
+
+// New returns a native backend. Probing the host happens on first use.
+func New(opts Options) *Backend {
+	if opts.CgroupParent == "" {
+		opts.CgroupParent = "airlock"
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Backend{opts: opts}
+}
+
+// Name is "native".
+func (b *Backend) Name() string { return "native" }
+
+func (b *Backend) hostInfo() *hostInfo {
+	b.hostOnce.Do(func() { b.host = probeHost(b.opts.CgroupParent) })
+	return b.host
+}
+
+// Capabilities reports each layer's mechanism on this host.
+func (b *Backend) Capabilities(ctx context.Context) sandbox.Capabilities {
+	return sandbox.Capabilities{Backend: b.Name(), Mechanisms: b.hostInfo().mechanisms()}
+}
+
+// Probe fails when the native backend cannot run here at all.
+func (b *Backend) Probe(ctx context.Context) error { return b.hostInfo().probeError() }
+
+// CleanupStale removes what sandboxes of dead airlock processes left (their
+// cgroups). Create calls it once per Backend; it returns what it removed.
+func (b *Backend) CleanupStale() []string {
+	h := b.hostInfo()
+	if h.cgroupErr != nil {
+		return nil
+	}
+	removed := h.cgroups.cleanupStale()
+	for _, r := range removed {
+		b.opts.Logger.Info("removed leftover cgroup", "path", r)
+	}
+	return removed
+}
+
+// initTasks is added to the pids cap for init's own threads (it runs with
+// GOMAXPROCS=1 and has about six), so that the code gets the cap it asked
+// for. At most this many more tasks than asked for can exist.
+const initTasks = 8
+
+// The sandbox user inside.
+const (
+	sandboxUID = 1000
+	sandboxGID = 1000
+)
+
+// Create starts a sandbox: namespaces, root, cgroup, and init waiting for
+// commands.
+func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
+	h := b.hostInfo()
+	if err := h.probeError(); err != nil {
+		return nil, err
+	}
+	pol, err := spec.Policy.Normalize()
+	if err != nil {
+		return nil, err
+	}
+	weak := h.weakened()
+	if pol.Strict && len(weak) > 0 {
+		return nil, fmt.Errorf("strict policy, but this host can only give weaker layers: %s: %w", strings.Join(weak, "; "), sandbox.ErrUnsupported)
+	}
+	plan, err := b.rootPlan(spec.Image)
+	if err != nil {
+		return nil, err
+	}
+	b.cleaned.Do(func() { b.CleanupStale() })
+	id := spec.ID
+	if id == "" {
+		id = newID()
+	} else if err := checkID(id); err != nil {
+		return nil, err
+	}
+	inst := &instance{
+		id: id, backend: b, policy: pol, weakened: weak, rootless: !h.root,
+		pending: map[uint64]chan message{}, dead: make(chan struct{}),
+	}
+	if err := inst.start(ctx, h, plan); err != nil {
+		_ = inst.Destroy(context.Background())
+		return nil, err
+	}
+	b.opts.Logger.Debug("sandbox created", "id", id, "image", spec.Image)
+	return inst, nil
+}
+
+func (b *Backend) rootPlan(image string) ([]rootEntry, error) {
+	switch {
+	case image == "" || image == "host":
+		return hostPlan(sandboxUID, sandboxGID)
+	case strings.ContainsRune(image, '/') || strings.HasPrefix(image, "."):
+		abs, err := filepath.Abs(image)
+		if err != nil {
+			return nil, err
+		}
+		plan, err := dirPlan(abs)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", err, sandbox.ErrNotFound)
+		}
+		return plan, nil
+	case b.opts.Images != nil:
+		dir, err := b.opts.Images.RootFS(image)
+		if err != nil {
+			return nil, err
+		}
+		return dirPlan(dir)
+	}
+	return nil, fmt.Errorf("image %q: not built (see 'airlock image ls'), and not a folder: %w", image, sandbox.ErrNotFound)
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// checkID accepts ids that are safe in cgroup folder names and logs.
+func checkID(id string) error {
+	if len(id) == 0 || len(id) > 64 {
+		return fmt.Errorf("sandbox id %q: 1 to 64 characters: %w", id, sandbox.ErrInvalid)
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.') {
+			return fmt.Errorf("sandbox id %q: only letters, digits, '_' and '.': %w", id, sandbox.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// hostIDBase picks the host uid/gid range for one sandbox when running as
+// root: inside 0 and 1000 map into a range no host account uses, distinct
+// per sandbox with high probability.
+func hostIDBase() int {
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	slot := int(b[0])<<8 | int(b[1])
+	return 0x40000000 + (slot%0x3fff)*0x10000
+}
+
+// initCommand builds the command that starts init in fresh namespaces.
+// As root, base is the host id that the sandbox's root maps to (see
+// hostIDBase); rootless, it is ignored.
+func initCommand(h *hostInfo, ctrl *os.File, stderr io.Writer, base int) *exec.Cmd {
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       []string{argInit},
+		// One P keeps init's thread count small and the same on any host:
+		// its threads count against the sandbox's pids cap.
+		Env: []string{"GOMAXPROCS=1"},
+		ExtraFiles: []*os.File{ctrl},
+		Stderr:     stderr,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
+				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
+		},
+	}
+	sys := cmd.SysProcAttr
+	if h.root {
+		sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 1}, {ContainerID: sandboxUID, HostID: base + sandboxUID, Size: 1}}
+		sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: base, Size: 1}, {ContainerID: sandboxGID, HostID: base + sandboxGID, Size: 1}}
+		sys.GidMappingsEnableSetgroups = true
+		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0}
+		return cmd
+	}
+	// Rootless: only our own ids can be mapped, so init runs as the
+	// sandbox user and keeps its capabilities in the new namespace as
+	// ambient ones; the workload drops them all.
+	sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxUID, HostID: h.uid, Size: 1}}
+	sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: sandboxGID, HostID: h.gid, Size: 1}}
+	sys.Credential = &syscall.Credential{Uid: sandboxUID, Gid: sandboxGID, NoSetGroups: true}
+	for c := uintptr(0); c <= uintptr(lastCap()); c++ {
+		sys.AmbientCaps = append(sys.AmbientCaps, c)
+	}
+	return cmd
+}
+
+// lastCap is the highest capability number this kernel knows.
+func lastCap() int {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return unix.CAP_LAST_CAP
+	}
+	var n int
+	if _, err := fmt.Sscan(string(b), &n); err != nil {
+		return unix.CAP_LAST_CAP
+	}
+	return n
+}
+
+// runLocked runs start and then wait on one OS thread that stays locked
+// for the child's whole life: the kernel sends init its parent-death
+// signal when the thread that forked it exits, so that thread must not
+// exit before init does.
+func runLocked(start func() error, wait func()) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := start()
+		started <- err
+		if err == nil {
+			wait()
+		}
+	}()
+	return <-started
+}
+
+// errDead reports that the sandbox's init is gone.
+var errDead = errors.New("sandbox init exited")
+
+// waitTimeout bounds how long Destroy waits for init to be reaped.
+const waitTimeout = 10 * time.Second

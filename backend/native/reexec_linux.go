@@ -1,0 +1,28 @@
+package native
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// The supervisor starts the sandbox's init by executing this same binary
+// with a marker in argv[0]. The package's init function catches the
+// marker before main runs, so any program that imports this package works
+// as its own sandbox init.
+const argInit = "airlock-sandbox-init"
+
+func init() {
+	if len(os.Args) > 0 && os.Args[0] == argInit {
+		os.Exit(initMain())
+	}
+}
+
+// ignoreSignals makes init deaf to every signal that code
+// in the sandbox could send it. SIGKILL from outside still ends it.
+func ignoreSignals() {
+	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM,
+		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP,
+		syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM,
+		syscall.SIGPROF, syscall.SIGWINCH, syscall.SIGIO, syscall.SIGPWR, syscall.SIGSYS)
+}

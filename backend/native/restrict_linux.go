@@ -1,0 +1,180 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// restrictions is what the workload runs under, applied to one OS thread
+// just before that thread forks the workload.
+type restrictions struct {
+	uid, gid  int
+	setGroups bool // false where setgroups is denied (rootless)
+	landlock  *landlockRules
+	seccomp   []unix.SockFilter
+}
+
+// restrictThread applies r to the calling OS thread only: no_new_privs, an
+// empty capability bounding set, ambient, inheritable, permitted and
+// effective sets, the sandbox user, Landlock, and seccomp last. The caller
+// holds runtime.LockOSThread and must never unlock, so the Go runtime
+// retires the thread when its goroutine ends.
+func restrictThread(r restrictions) error {
+	if err := prctl(unix.PR_SET_NO_NEW_PRIVS, 1); err != nil {
+		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	for c := 0; c < 64; c++ {
+		err := prctl(unix.PR_CAPBSET_DROP, uintptr(c))
+		if errors.Is(err, unix.EINVAL) {
+			break // past the kernel's last capability
+		}
+		if err != nil {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	if r.setGroups {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
+			return fmt.Errorf("setgroups: %w", e)
+		}
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(r.gid), uintptr(r.gid), uintptr(r.gid)); e != 0 {
+		return fmt.Errorf("setresgid %d: %w", r.gid, e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(r.uid), uintptr(r.uid), uintptr(r.uid)); e != 0 {
+		return fmt.Errorf("setresuid %d: %w", r.uid, e)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("clear capabilities: %w", err)
+	}
+	if r.landlock != nil {
+		if err := r.landlock.restrictSelf(); err != nil {
+			return err
+		}
+	}
+	return installSeccomp(r.seccomp)
+}
+
+func prctl(option int, arg uintptr) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_PRCTL, uintptr(option), arg, 0, 0, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// Landlock access rights, by the ABI version that introduced them.
+const (
+	llReadOnly = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE |
+		unix.LANDLOCK_ACCESS_FS_READ_DIR
+	llABI1 = llReadOnly | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
+		unix.LANDLOCK_ACCESS_FS_REMOVE_DIR | unix.LANDLOCK_ACCESS_FS_REMOVE_FILE |
+		unix.LANDLOCK_ACCESS_FS_MAKE_CHAR | unix.LANDLOCK_ACCESS_FS_MAKE_DIR |
+		unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK |
+		unix.LANDLOCK_ACCESS_FS_MAKE_FIFO | unix.LANDLOCK_ACCESS_FS_MAKE_BLOCK |
+		unix.LANDLOCK_ACCESS_FS_MAKE_SYM
+	// llWritable is what a writable folder allows: everything but exec and
+	// device nodes.
+	llWritable = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR |
+		unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_REMOVE_DIR |
+		unix.LANDLOCK_ACCESS_FS_REMOVE_FILE | unix.LANDLOCK_ACCESS_FS_MAKE_DIR |
+		unix.LANDLOCK_ACCESS_FS_MAKE_REG | unix.LANDLOCK_ACCESS_FS_MAKE_SOCK |
+		unix.LANDLOCK_ACCESS_FS_MAKE_FIFO | unix.LANDLOCK_ACCESS_FS_MAKE_SYM |
+		unix.LANDLOCK_ACCESS_FS_REFER | unix.LANDLOCK_ACCESS_FS_TRUNCATE
+	llDevice = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
+		unix.LANDLOCK_ACCESS_FS_TRUNCATE | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+)
+
+// landlockHandled returns the filesystem rights an ABI version knows; the
+// ruleset handles all of them so that none is left unrestricted.
+func landlockHandled(abi int) uint64 {
+	h := uint64(llABI1)
+	if abi >= 2 {
+		h |= unix.LANDLOCK_ACCESS_FS_REFER
+	}
+	if abi >= 3 {
+		h |= unix.LANDLOCK_ACCESS_FS_TRUNCATE
+	}
+	if abi >= 5 {
+		h |= unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+	}
+	return h
+}
+
+// landlockABI asks the kernel which Landlock ABI it offers; 0 means none.
+func landlockABI() int {
+	v, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if e != 0 {
+		return 0
+	}
+	return int(v)
+}
+
+// landlockRules describes the sandbox's filesystem view for Landlock:
+// everything may be read, only the writable folders written.
+type landlockRules struct {
+	abi      int
+	readOnly []string
+	writable []string
+	devices  []string
+}
+
+// rulesetAttr mirrors struct landlock_ruleset_attr up to the scoped field.
+type rulesetAttr struct {
+	handledFS, handledNet, scoped uint64
+}
+
+// restrictSelf builds the ruleset and enforces it on the calling thread.
+func (l *landlockRules) restrictSelf() error {
+	handled := landlockHandled(l.abi)
+	attr := rulesetAttr{handledFS: handled}
+	if l.abi >= 6 {
+		attr.scoped = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | unix.LANDLOCK_SCOPE_SIGNAL
+	}
+	fd, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+	if e != 0 {
+		return fmt.Errorf("landlock: create ruleset: %w", e)
+	}
+	defer unix.Close(int(fd))
+	groups := []struct {
+		paths  []string
+		access uint64
+	}{{l.readOnly, llReadOnly}, {l.writable, llWritable}, {l.devices, llDevice}}
+	for _, g := range groups {
+		for _, p := range g.paths {
+			if err := addLandlockRule(int(fd), p, g.access&handled); err != nil {
+				return err
+			}
+		}
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); e != 0 {
+		return fmt.Errorf("landlock: restrict self: %w", e)
+	}
+	return nil
+}
+
+func addLandlockRule(ruleset int, path string, access uint64) error {
+	pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // nothing there to allow
+		}
+		return fmt.Errorf("landlock: open %s: %w", path, err)
+	}
+	defer unix.Close(pfd)
+	rule := unix.LandlockPathBeneathAttr{Allowed_access: access, Parent_fd: int32(pfd)}
+	_, _, e := unix.RawSyscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(ruleset), unix.LANDLOCK_RULE_PATH_BENEATH,
+		uintptr(unsafe.Pointer(&rule)), 0, 0, 0)
+	if e != 0 {
+		return fmt.Errorf("landlock: allow %s: %w", path, e)
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+package native
+
+import "golang.org/x/sys/unix"
+
+// seccompArch is the audit architecture the filter accepts; i386 calls made
+// through int 0x80 carry another and are killed.
+const seccompArch = unix.AUDIT_ARCH_X86_64
+
+// x32Bit marks system calls of the x32 ABI.
+const x32Bit = 0x40000000
+
+// syscallTable lists every amd64 system call the sandbox knows about.
+var syscallTable = tableFrom(map[action][]uint32{
+	actAllow: {
+		// files and folders
+		unix.SYS_READ, unix.SYS_WRITE, unix.SYS_OPEN, unix.SYS_CLOSE, unix.SYS_STAT, unix.SYS_FSTAT,
+		unix.SYS_LSTAT, unix.SYS_POLL, unix.SYS_LSEEK, unix.SYS_PREAD64, unix.SYS_PWRITE64,
+		unix.SYS_READV, unix.SYS_WRITEV, unix.SYS_ACCESS, unix.SYS_PIPE, unix.SYS_SELECT,
+		unix.SYS_DUP, unix.SYS_DUP2, unix.SYS_SENDFILE, unix.SYS_FCNTL, unix.SYS_FLOCK, unix.SYS_FSYNC,
+		unix.SYS_FDATASYNC, unix.SYS_TRUNCATE, unix.SYS_FTRUNCATE, unix.SYS_GETDENTS,
+		unix.SYS_GETCWD, unix.SYS_CHDIR, unix.SYS_FCHDIR, unix.SYS_RENAME, unix.SYS_MKDIR,
+		unix.SYS_RMDIR, unix.SYS_CREAT, unix.SYS_LINK, unix.SYS_UNLINK, unix.SYS_SYMLINK,
+		unix.SYS_READLINK, unix.SYS_CHMOD, unix.SYS_FCHMOD, unix.SYS_CHOWN, unix.SYS_FCHOWN,
+		unix.SYS_LCHOWN, unix.SYS_UMASK, unix.SYS_MKNOD, unix.SYS_USTAT, unix.SYS_STATFS,
+		unix.SYS_FSTATFS, unix.SYS_SYSFS, unix.SYS_SYNC, unix.SYS_READAHEAD, unix.SYS_SETXATTR,
+		unix.SYS_LSETXATTR, unix.SYS_FSETXATTR, unix.SYS_GETXATTR, unix.SYS_LGETXATTR,
+		unix.SYS_FGETXATTR, unix.SYS_LISTXATTR, unix.SYS_LLISTXATTR, unix.SYS_FLISTXATTR,
+		unix.SYS_REMOVEXATTR, unix.SYS_LREMOVEXATTR, unix.SYS_FREMOVEXATTR, unix.SYS_GETDENTS64,
+		unix.SYS_FADVISE64, unix.SYS_UTIME, unix.SYS_UTIMES, unix.SYS_OPENAT, unix.SYS_MKDIRAT,
+		unix.SYS_MKNODAT, unix.SYS_FCHOWNAT, unix.SYS_FUTIMESAT, unix.SYS_NEWFSTATAT,
+		unix.SYS_UNLINKAT, unix.SYS_RENAMEAT, unix.SYS_LINKAT, unix.SYS_SYMLINKAT,
+		unix.SYS_READLINKAT, unix.SYS_FCHMODAT, unix.SYS_FACCESSAT, unix.SYS_PSELECT6,
+		unix.SYS_PPOLL, unix.SYS_SPLICE, unix.SYS_TEE, unix.SYS_SYNC_FILE_RANGE,
+		unix.SYS_VMSPLICE, unix.SYS_UTIMENSAT, unix.SYS_FALLOCATE, unix.SYS_DUP3, unix.SYS_PIPE2,
+		unix.SYS_PREADV, unix.SYS_PWRITEV, unix.SYS_SYNCFS, unix.SYS_RENAMEAT2,
+		unix.SYS_COPY_FILE_RANGE, unix.SYS_PREADV2, unix.SYS_PWRITEV2, unix.SYS_STATX,
+		unix.SYS_CLOSE_RANGE, unix.SYS_OPENAT2, unix.SYS_FACCESSAT2, unix.SYS_FCHMODAT2,
+		unix.SYS_CACHESTAT, unix.SYS_SETXATTRAT, unix.SYS_GETXATTRAT, unix.SYS_LISTXATTRAT,
+		unix.SYS_REMOVEXATTRAT, unix.SYS_FILE_GETATTR, unix.SYS_FILE_SETATTR,
+		unix.SYS_INOTIFY_INIT, unix.SYS_INOTIFY_ADD_WATCH, unix.SYS_INOTIFY_RM_WATCH,
+		unix.SYS_INOTIFY_INIT1, unix.SYS_MEMFD_CREATE,
+		// memory
+		unix.SYS_MMAP, unix.SYS_MPROTECT, unix.SYS_MUNMAP, unix.SYS_BRK, unix.SYS_MREMAP,
+		unix.SYS_MSYNC, unix.SYS_MINCORE, unix.SYS_MADVISE, unix.SYS_MLOCK, unix.SYS_MUNLOCK,
+		unix.SYS_MLOCKALL, unix.SYS_MUNLOCKALL, unix.SYS_MLOCK2, unix.SYS_REMAP_FILE_PAGES,
+		unix.SYS_PKEY_MPROTECT, unix.SYS_PKEY_ALLOC, unix.SYS_PKEY_FREE, unix.SYS_MEMBARRIER,
+		unix.SYS_GET_MEMPOLICY, unix.SYS_MSEAL, unix.SYS_MAP_SHADOW_STACK,
+		// SysV IPC and POSIX queues (the sandbox has its own IPC namespace)
+		unix.SYS_SHMGET, unix.SYS_SHMAT, unix.SYS_SHMCTL, unix.SYS_SHMDT, unix.SYS_SEMGET,
+		unix.SYS_SEMOP, unix.SYS_SEMCTL, unix.SYS_SEMTIMEDOP, unix.SYS_MSGGET, unix.SYS_MSGSND,
+		unix.SYS_MSGRCV, unix.SYS_MSGCTL, unix.SYS_MQ_OPEN, unix.SYS_MQ_UNLINK,
+		unix.SYS_MQ_TIMEDSEND, unix.SYS_MQ_TIMEDRECEIVE, unix.SYS_MQ_NOTIFY, unix.SYS_MQ_GETSETATTR,
+		// signals, time, scheduling
+		unix.SYS_RT_SIGACTION, unix.SYS_RT_SIGPROCMASK, unix.SYS_RT_SIGRETURN, unix.SYS_PAUSE,
+		unix.SYS_NANOSLEEP, unix.SYS_GETITIMER, unix.SYS_ALARM, unix.SYS_SETITIMER, unix.SYS_KILL,
+		unix.SYS_RT_SIGPENDING, unix.SYS_RT_SIGTIMEDWAIT, unix.SYS_RT_SIGQUEUEINFO,
+		unix.SYS_RT_SIGSUSPEND, unix.SYS_SIGALTSTACK, unix.SYS_TKILL, unix.SYS_TGKILL,
+		unix.SYS_RT_TGSIGQUEUEINFO, unix.SYS_SIGNALFD, unix.SYS_SIGNALFD4, unix.SYS_GETTIMEOFDAY,
+		unix.SYS_TIME, unix.SYS_TIMES, unix.SYS_CLOCK_GETTIME, unix.SYS_CLOCK_GETRES,
+		unix.SYS_CLOCK_NANOSLEEP, unix.SYS_TIMER_CREATE, unix.SYS_TIMER_SETTIME,
+		unix.SYS_TIMER_GETTIME, unix.SYS_TIMER_GETOVERRUN, unix.SYS_TIMER_DELETE,
+		unix.SYS_TIMERFD_CREATE, unix.SYS_TIMERFD_SETTIME, unix.SYS_TIMERFD_GETTIME,
+		unix.SYS_SCHED_YIELD, unix.SYS_GETPRIORITY, unix.SYS_SETPRIORITY, unix.SYS_SCHED_SETPARAM,
+		unix.SYS_SCHED_GETPARAM, unix.SYS_SCHED_SETSCHEDULER, unix.SYS_SCHED_GETSCHEDULER,
+		unix.SYS_SCHED_GET_PRIORITY_MAX, unix.SYS_SCHED_GET_PRIORITY_MIN,
+		unix.SYS_SCHED_RR_GET_INTERVAL, unix.SYS_SCHED_SETAFFINITY, unix.SYS_SCHED_GETAFFINITY,
+		unix.SYS_SCHED_SETATTR, unix.SYS_SCHED_GETATTR, unix.SYS_GETCPU, unix.SYS_IOPRIO_GET,
+		unix.SYS_IOPRIO_SET,
+		// processes and identity
+		unix.SYS_FORK, unix.SYS_VFORK, unix.SYS_EXECVE, unix.SYS_EXECVEAT, unix.SYS_EXIT,
+		unix.SYS_EXIT_GROUP, unix.SYS_WAIT4, unix.SYS_WAITID, unix.SYS_UNAME, unix.SYS_GETPID,
+		unix.SYS_GETPPID, unix.SYS_GETTID, unix.SYS_GETUID, unix.SYS_GETGID, unix.SYS_GETEUID,
+		unix.SYS_GETEGID, unix.SYS_SETUID, unix.SYS_SETGID, unix.SYS_SETREUID, unix.SYS_SETREGID,
+		unix.SYS_SETRESUID, unix.SYS_SETRESGID, unix.SYS_GETRESUID, unix.SYS_GETRESGID,
+		unix.SYS_SETFSUID, unix.SYS_SETFSGID, unix.SYS_GETGROUPS, unix.SYS_SETGROUPS,
+		unix.SYS_SETPGID, unix.SYS_GETPGID, unix.SYS_GETPGRP, unix.SYS_SETSID, unix.SYS_GETSID,
+		unix.SYS_CAPGET, unix.SYS_CAPSET, unix.SYS_GETRLIMIT, unix.SYS_SETRLIMIT,
+		unix.SYS_PRLIMIT64, unix.SYS_GETRUSAGE, unix.SYS_SYSINFO, unix.SYS_PRCTL,
+		unix.SYS_ARCH_PRCTL, unix.SYS_SET_TID_ADDRESS, unix.SYS_SET_ROBUST_LIST,
+		unix.SYS_GET_ROBUST_LIST, unix.SYS_FUTEX, unix.SYS_FUTEX_WAITV, unix.SYS_FUTEX_WAKE,
+		unix.SYS_FUTEX_WAIT, unix.SYS_FUTEX_REQUEUE, unix.SYS_RESTART_SYSCALL, unix.SYS_RSEQ,
+		unix.SYS_RSEQ_SLICE_YIELD, unix.SYS_SET_THREAD_AREA, unix.SYS_GET_THREAD_AREA,
+		unix.SYS_GETRANDOM, unix.SYS_PIDFD_OPEN, unix.SYS_PIDFD_SEND_SIGNAL, unix.SYS_URETPROBE,
+		// seccomp and Landlock can only narrow what a process may do
+		unix.SYS_SECCOMP, unix.SYS_LANDLOCK_CREATE_RULESET, unix.SYS_LANDLOCK_ADD_RULE,
+		unix.SYS_LANDLOCK_RESTRICT_SELF,
+		// events and asynchronous I/O (io_uring is refused below)
+		unix.SYS_EPOLL_CREATE, unix.SYS_EPOLL_CREATE1, unix.SYS_EPOLL_CTL, unix.SYS_EPOLL_WAIT,
+		unix.SYS_EPOLL_PWAIT, unix.SYS_EPOLL_PWAIT2, unix.SYS_EVENTFD, unix.SYS_EVENTFD2,
+		unix.SYS_IO_SETUP, unix.SYS_IO_DESTROY, unix.SYS_IO_GETEVENTS, unix.SYS_IO_SUBMIT,
+		unix.SYS_IO_CANCEL, unix.SYS_IO_PGETEVENTS,
+		// sockets (socket itself is checked below)
+		unix.SYS_CONNECT, unix.SYS_ACCEPT, unix.SYS_ACCEPT4, unix.SYS_SENDTO, unix.SYS_RECVFROM,
+		unix.SYS_SENDMSG, unix.SYS_RECVMSG, unix.SYS_SENDMMSG, unix.SYS_RECVMMSG,
+		unix.SYS_SHUTDOWN, unix.SYS_BIND, unix.SYS_LISTEN, unix.SYS_GETSOCKNAME,
+		unix.SYS_GETPEERNAME, unix.SYS_SOCKETPAIR, unix.SYS_SETSOCKOPT, unix.SYS_GETSOCKOPT,
+	},
+	actDeny: {
+		// namespaces and mounts
+		unix.SYS_UNSHARE, unix.SYS_SETNS, unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT,
+		unix.SYS_CHROOT, unix.SYS_FSOPEN, unix.SYS_FSCONFIG, unix.SYS_FSMOUNT, unix.SYS_FSPICK,
+		unix.SYS_MOVE_MOUNT, unix.SYS_OPEN_TREE, unix.SYS_OPEN_TREE_ATTR, unix.SYS_MOUNT_SETATTR,
+		unix.SYS_STATMOUNT, unix.SYS_LISTMOUNT, unix.SYS_LISTNS, unix.SYS_NAME_TO_HANDLE_AT,
+		unix.SYS_OPEN_BY_HANDLE_AT, unix.SYS_QUOTACTL, unix.SYS_QUOTACTL_FD,
+		unix.SYS_SWAPON, unix.SYS_SWAPOFF, unix.SYS_FANOTIFY_INIT, unix.SYS_FANOTIFY_MARK,
+		// the kernel's own state
+		unix.SYS_KEYCTL, unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY, unix.SYS_BPF,
+		unix.SYS_PERF_EVENT_OPEN, unix.SYS_USERFAULTFD, unix.SYS_IO_URING_SETUP,
+		unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER, unix.SYS_KEXEC_LOAD,
+		unix.SYS_KEXEC_FILE_LOAD, unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE,
+		unix.SYS_DELETE_MODULE, unix.SYS_CREATE_MODULE, unix.SYS_GET_KERNEL_SYMS,
+		unix.SYS_QUERY_MODULE, unix.SYS_SYSLOG, unix.SYS_REBOOT, unix.SYS_IOPL, unix.SYS_IOPERM,
+		unix.SYS_ACCT, unix.SYS_SETTIMEOFDAY, unix.SYS_CLOCK_SETTIME, unix.SYS_CLOCK_ADJTIME,
+		unix.SYS_ADJTIMEX, unix.SYS_SETHOSTNAME, unix.SYS_SETDOMAINNAME, unix.SYS_VHANGUP,
+		unix.SYS_MODIFY_LDT, unix.SYS_LOOKUP_DCOOKIE, unix.SYS_NFSSERVCTL, unix.SYS_USELIB,
+		unix.SYS__SYSCTL, unix.SYS_MBIND, unix.SYS_SET_MEMPOLICY, unix.SYS_MIGRATE_PAGES,
+		unix.SYS_MOVE_PAGES, unix.SYS_SET_MEMPOLICY_HOME_NODE, unix.SYS_MEMFD_SECRET,
+		unix.SYS_LSM_GET_SELF_ATTR, unix.SYS_LSM_SET_SELF_ATTR, unix.SYS_LSM_LIST_MODULES,
+		// other processes
+		unix.SYS_PTRACE, unix.SYS_PROCESS_VM_READV, unix.SYS_PROCESS_VM_WRITEV,
+		unix.SYS_PIDFD_GETFD, unix.SYS_KCMP, unix.SYS_PROCESS_MADVISE, unix.SYS_PROCESS_MRELEASE,
+	},
+	// clone3 passes its flags in memory that a filter cannot read; ENOSYS
+	// makes libc fall back to clone, whose flags are checked.
+	actNoSys:       {unix.SYS_CLONE3},
+	actClone:       {unix.SYS_CLONE},
+	actSocket:      {unix.SYS_SOCKET},
+	actIoctl:       {unix.SYS_IOCTL},
+	actPersonality: {unix.SYS_PERSONALITY},
+})

@@ -1,0 +1,151 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Init starts every command itself: a fresh OS thread takes on all the
+// restrictions a command runs under, forks the command, and is retired.
+// Init's other threads keep their privileges to serve the supervisor.
+
+// execSpec is one command as the supervisor asks for it.
+type execSpec struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir"`
+}
+
+// sandboxLimits are set once on init and inherited by every command.
+type sandboxLimits struct {
+	UID       int       `json:"uid"`
+	GID       int       `json:"gid"`
+	SetGroups bool      `json:"set_groups"`
+	Rlimits   []rlimit  `json:"rlimits"`
+	Landlock  *llConfig `json:"landlock,omitempty"`
+	// OOMScoreAdj is raised for commands so that, under memory pressure on
+	// the host, sandboxed code is killed first.
+	OOMScoreAdj int `json:"oom_score_adj"`
+}
+
+// rlimit is one resource limit.
+type rlimit struct {
+	Resource int    `json:"resource"`
+	Cur      uint64 `json:"cur"`
+	Max      uint64 `json:"max"`
+}
+
+// llConfig is the Landlock part of the limits.
+type llConfig struct {
+	ABI      int      `json:"abi"`
+	ReadOnly []string `json:"read_only"`
+	Writable []string `json:"writable"`
+	Devices  []string `json:"devices"`
+}
+
+// execStatus is init's one report about a command, on its status pipe.
+type execStatus struct {
+	// Error is set when the command could not start; ExitCode is then 126
+	// (not executable) or 127 (not found), as a shell would say.
+	Error    string `json:"error,omitempty"`
+	ExitCode int    `json:"exit_code"`
+	Signal   int    `json:"signal,omitempty"`
+	// CPU time and peak RSS of the command and the children it waited for.
+	UserMicros int64 `json:"user_us"`
+	SysMicros  int64 `json:"sys_us"`
+	MaxRSS     int64 `json:"max_rss_bytes"`
+}
+
+// applyLimits sets the sandbox-wide rlimits on init, to be inherited.
+func applyLimits(l *sandboxLimits) error {
+	for _, rl := range l.Rlimits {
+		lim := unix.Rlimit{Cur: rl.Cur, Max: rl.Max}
+		if err := unix.Setrlimit(rl.Resource, &lim); err != nil {
+			return fmt.Errorf("setrlimit %d: %w", rl.Resource, err)
+		}
+	}
+	return nil
+}
+
+// spawn starts one command with stdin, stdout and stderr from files and
+// returns its pid. An error carries the exit code a shell would give.
+func spawn(l *sandboxLimits, spec execSpec, files []uintptr) (int, int, error) {
+	if len(spec.Argv) == 0 {
+		return 0, 126, errors.New("empty command")
+	}
+	path, code, err := lookPath(spec.Argv[0], spec.Env)
+	if err != nil {
+		return 0, code, err
+	}
+	filter, err := buildFilter(seccompArch, syscallTable, x32Bit)
+	if err != nil {
+		return 0, 126, err
+	}
+	type result struct {
+		pid int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+		r := restrictions{uid: l.UID, gid: l.GID, setGroups: l.SetGroups, seccomp: filter}
+		if c := l.Landlock; c != nil {
+			r.landlock = &landlockRules{abi: c.ABI, readOnly: c.ReadOnly, writable: c.Writable, devices: c.Devices}
+		}
+		if err := restrictThread(r); err != nil {
+			done <- result{err: err}
+			return
+		}
+		pid, err := syscall.ForkExec(path, spec.Argv, &syscall.ProcAttr{Dir: spec.Dir, Env: spec.Env, Files: files})
+		done <- result{pid, err}
+	}()
+	res := <-done
+	if res.err != nil {
+		code := 126
+		if errors.Is(res.err, unix.ENOENT) {
+			code = 127
+		}
+		return 0, code, fmt.Errorf("%s: %w", spec.Argv[0], res.err)
+	}
+	return res.pid, 0, nil
+}
+
+// lookPath finds the program like a shell would, in the PATH of the
+// command's own environment, and gives the shell's exit code on failure.
+func lookPath(name string, env []string) (string, int, error) {
+	if strings.Contains(name, "/") {
+		return name, 0, nil
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	denied := false
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		st, err := os.Stat(p)
+		if err != nil || st.IsDir() {
+			continue
+		}
+		if st.Mode()&0o111 != 0 {
+			return p, 0, nil
+		}
+		denied = true
+	}
+	if denied {
+		return "", 126, fmt.Errorf("%s: permission denied", name)
+	}
+	return "", 127, fmt.Errorf("%s: command not found", name)
+}
