@@ -196,11 +196,11 @@ func hostIDBase() int {
 // hostIDBase); rootless, it is ignored.
 func initCommand(h *hostInfo, ctrl *os.File, stderr io.Writer, base int) *exec.Cmd {
 	cmd := &exec.Cmd{
-		Path:       "/proc/self/exe",
-		Args:       []string{argInit},
+		Path: "/proc/self/exe",
+		Args: []string{argInit},
 		// One P keeps init's thread count small and the same on any host:
 		// its threads count against the sandbox's pids cap.
-		Env: []string{"GOMAXPROCS=1"},
+		Env:        []string{"GOMAXPROCS=1"},
 		ExtraFiles: []*os.File{ctrl},
 		Stderr:     stderr,
 		SysProcAttr: &syscall.SysProcAttr{
