@@ -155,8 +155,8 @@ func (p Policy) Normalize() (Policy, error) {
 			return p, fmt.Errorf("%s %s is out of range (%s): %w", c.name, c.val, c.want, ErrInvalid)
 		}
 	}
-	for k := range p.Env {
-		if err := checkEnvName(k); err != nil {
+	for k, v := range p.Env {
+		if err := CheckEnv(k, v); err != nil {
 			return p, err
 		}
 	}
@@ -173,25 +173,23 @@ func (p Policy) Normalize() (Policy, error) {
 	return p, nil
 }
 
-// checkEnvName refuses names the kernel or a shell would misread.
-func checkEnvName(k string) error {
+// CheckEnv refuses an environment variable that the kernel or a shell
+// would misread: an empty name, a name with '=' or NUL, a value with NUL.
+func CheckEnv(k, v string) error {
 	if k == "" || strings.ContainsAny(k, "=\x00") {
 		return fmt.Errorf("environment name %q: must be non-empty without '=' or NUL: %w", k, ErrInvalid)
+	}
+	if strings.ContainsRune(v, 0) {
+		return fmt.Errorf("environment variable %s: value contains NUL: %w", k, ErrInvalid)
 	}
 	return nil
 }
 
-// ParseEnv splits "K=V" as given to --env.
+// ParseEnv splits "K=V" as given to --env and checks it.
 func ParseEnv(kv string) (string, string, error) {
 	k, v, ok := strings.Cut(kv, "=")
 	if !ok {
 		return "", "", fmt.Errorf("env %q: want K=V: %w", kv, ErrInvalid)
 	}
-	if err := checkEnvName(k); err != nil {
-		return "", "", err
-	}
-	if strings.ContainsRune(v, 0) {
-		return "", "", fmt.Errorf("env %q: value contains NUL: %w", k, ErrInvalid)
-	}
-	return k, v, nil
+	return k, v, CheckEnv(k, v)
 }

@@ -154,7 +154,7 @@ func (i *instance) execSpec(req sandbox.ExecRequest) (execSpec, time.Duration, e
 	env := map[string]string{}
 	for _, m := range []map[string]string{defaultEnv, i.policy.Env, req.Env} {
 		for k, v := range m {
-			if _, _, err := sandbox.ParseEnv(k + "=" + v); err != nil {
+			if err := sandbox.CheckEnv(k, v); err != nil {
 				return execSpec{}, 0, err
 			}
 			env[k] = v
@@ -215,7 +215,7 @@ func (i *instance) sandboxLimits(h *hostInfo) *sandboxLimits {
 		l.Landlock = &llConfig{
 			ABI:      h.landlockABI,
 			ReadOnly: []string{"/"},
-			Writable: []string{"/tmp", outputDir, "/dev/shm"},
+			Writable: []string{"/tmp", outputDir, "/dev/shm", "/dev/mqueue"},
 			Devices:  prefixAll("/dev/", deviceNodes),
 		}
 	}

@@ -24,6 +24,9 @@ func initMain() int {
 	_ = prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL))
 	_ = prctl(unix.PR_SET_DUMPABLE, 0)
 	ignoreSignals()
+	// Descriptors the supervisor inherited without close-on-exec came
+	// along; none of them may reach a command.
+	_ = unix.CloseRange(4, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 	ch, err := newChannel(os.NewFile(3, "control"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "airlock init:", err)
@@ -211,7 +214,7 @@ func (in *initState) finished(pid int, ws unix.WaitStatus, ru *unix.Rusage) {
 		delete(in.running, pid)
 		delete(in.bySeq, c.seq)
 		if len(in.running) == 0 {
-			_ = unix.Kill(-1, unix.SIGKILL)
+			killAllAndReap()
 		}
 	}
 	in.mu.Unlock()
@@ -233,6 +236,19 @@ func (in *initState) finished(pid int, ws unix.WaitStatus, ru *unix.Rusage) {
 	writeStatus(c.status, st)
 }
 
+// killAllAndReap kills every process in the sandbox but init and waits
+// until all are reaped, so none is left when the command is reported done.
+// From pid 1, kill(-1) reaches every other process of the namespace.
+func killAllAndReap() {
+	_ = unix.Kill(-1, unix.SIGKILL)
+	for {
+		_, err := unix.Wait4(-1, nil, 0, nil)
+		if err != unix.EINTR && err != nil {
+			return // ECHILD: nothing left
+		}
+	}
+}
+
 // kill ends a command and everything it started. When it is the only
 // command, that is everything in the sandox but init; otherwise its
 // descendants are found by their parent links.
@@ -244,7 +260,7 @@ func (in *initState) kill(seq uint64) {
 		return
 	}
 	if len(in.running) == 1 {
-		_ = unix.Kill(-1, unix.SIGKILL)
+		_ = unix.Kill(-1, unix.SIGKILL) // the main process is then reaped by reapLoop
 		return
 	}
 	for _, pid := range descendants(c.pid) {

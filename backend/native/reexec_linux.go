@@ -18,11 +18,19 @@ func init() {
 	}
 }
 
-// ignoreSignals makes init deaf to every signal that code
-// in the sandbox could send it. SIGKILL from outside still ends it.
+// ignoreSignals makes init deaf to every signal that code in the sandbox
+// could send it; SIGKILL from outside still ends it. The signals are
+// caught and dropped rather than set to SIG_IGN, because ignored signals
+// stay ignored across fork and exec, and commands must start with the
+// default dispositions.
 func ignoreSignals() {
-	signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM,
+	c := make(chan os.Signal, 16)
+	signal.Notify(c, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM,
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP,
 		syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGXCPU, syscall.SIGXFSZ, syscall.SIGVTALRM,
 		syscall.SIGPROF, syscall.SIGWINCH, syscall.SIGIO, syscall.SIGPWR, syscall.SIGSYS)
+	go func() {
+		for range c {
+		}
+	}()
 }

@@ -311,7 +311,20 @@ func buildDev(dev string) error {
 			return err
 		}
 	}
-	return os.Mkdir(filepath.Join(dev, "shm"), 0o755)
+	if err := os.Mkdir(filepath.Join(dev, "shm"), 0o755); err != nil {
+		return err
+	}
+	// POSIX message queues of the sandbox's own IPC namespace; Landlock
+	// lets commands write only here and in the writable folders.
+	mq := filepath.Join(dev, "mqueue")
+	if err := os.Mkdir(mq, 0o755); err != nil {
+		return err
+	}
+	mfd, err := newFS("mqueue", nil, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return err
+	}
+	return attachMount(mfd, mq)
 }
 
 // buildScratch makes the one tmpfs that holds all writable space, capped

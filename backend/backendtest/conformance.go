@@ -1,0 +1,375 @@
+package backendtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// conformance checks that the backend runs commands as the contract says.
+func (s *suite) conformance(t *testing.T) {
+	t.Run("stdout stderr and exit codes", s.testExitCodes)
+	t.Run("stdin", s.testStdin)
+	t.Run("environment", s.testEnv)
+	t.Run("identity and folders", s.testIdentity)
+	t.Run("inputs", s.testInputs)
+	t.Run("outputs", s.testOutputs)
+	t.Run("state between commands", s.testState)
+	t.Run("concurrent commands", s.testConcurrent)
+	t.Run("streaming", s.testStreaming)
+	t.Run("timeout", s.testTimeout)
+	t.Run("stdout cap", s.testStdoutCap)
+	t.Run("memory cap", s.testMemory)
+	t.Run("pids cap", s.testPids)
+	t.Run("cpu quota", s.testCPU)
+	t.Run("open files cap", s.testOpenFiles)
+	t.Run("usage", s.testUsage)
+	t.Run("bad requests", s.testBadRequests)
+	t.Run("destroy", s.testDestroy)
+}
+
+func (s *suite) testExitCodes(t *testing.T) {
+	inst := s.create(t, policy(t, nil))
+	res := sh(t, inst, "echo out; echo err >&2; exit 3")
+	if res.Stdout != "out\n" || res.Stderr != "err\n" || res.ExitCode != 3 || res.Signal != "" {
+		t.Errorf("got stdout %q stderr %q exit %d signal %q", res.Stdout, res.Stderr, res.ExitCode, res.Signal)
+	}
+	if res.ID != inst.ID() || res.Backend != s.Backend.Name() {
+		t.Errorf("result names sandbox %q backend %q, want %q %q", res.ID, res.Backend, inst.ID(), s.Backend.Name())
+	}
+	res = sh(t, inst, "kill -TERM $$")
+	if res.ExitCode != 143 || res.Signal != "SIGTERM" {
+		t.Errorf("killed by SIGTERM: exit %d signal %q, want 143 SIGTERM", res.ExitCode, res.Signal)
+	}
+	res = runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"no-such-program-xyz"}})
+	if res.ExitCode != 127 || !strings.Contains(res.Stderr, "not found") {
+		t.Errorf("missing program: exit %d stderr %q, want 127 and 'not found'", res.ExitCode, res.Stderr)
+	}
+	res = runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"/etc/passwd"}})
+	if res.ExitCode != 126 {
+		t.Errorf("not executable: exit %d stderr %q, want 126", res.ExitCode, res.Stderr)
+	}
+}
+
+func (s *suite) testStdin(t *testing.T) {
+	inst := s.create(t, policy(t, nil))
+	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"cat"}, Stdin: strings.NewReader("hello stdin")})
+	if res.Stdout != "hello stdin" {
+		t.Errorf("stdin echoed as %q", res.Stdout)
+	}
+	res = runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"cat"}})
+	if res.Stdout != "" || res.ExitCode != 0 {
+		t.Errorf("no stdin: got %q exit %d, want empty and 0", res.Stdout, res.ExitCode)
+	}
+}
+
+func (s *suite) testEnv(t *testing.T) {
+	t.Setenv("AIRLOCK_TEST_HOST_SECRET", "must-not-leak")
+	inst := s.create(t, policy(t, func(p *sandbox.Policy) { p.Env = map[string]string{"FROM_POLICY": "p", "BOTH": "policy"} }))
+	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"env"}, Env: map[string]string{"FROM_REQUEST": "r", "BOTH": "request"}})
+	got := strings.Split(strings.TrimSpace(res.Stdout), "\n")
+	sort.Strings(got)
+	want := []string{"BOTH=request", "FROM_POLICY=p", "FROM_REQUEST=r", "HOME=/tmp", "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("environment inside:\n%s\nwant exactly:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func (s *suite) testIdentity(t *testing.T) {
+	inst := s.create(t, policy(t, nil))
+	res := sh(t, inst, `echo "$(id -u):$(id -g) $(pwd) $HOME $(hostname)"`)
+	if res.Stdout != "1000:1000 /workspace /tmp airlock\n" {
+		t.Errorf("identity: %q (stderr %q), want 1000:1000 /workspace /tmp airlock", res.Stdout, res.Stderr)
+	}
+}
+
+func (s *suite) testInputs(t *testing.T) {
+	inst := s.create(t, policy(t, nil))
+	ctx := context.Background()
+	data := "a,b\n1,2\n"
+	if err := inst.PutInput(ctx, "data.csv", strings.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "big.bin")
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16)
+	if err := os.WriteFile(f, big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.Open(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	if err := inst.PutInput(ctx, "big.bin", fh); err != nil {
+		t.Fatal(err)
+	}
+	res := sh(t, inst, "cat /workspace/input/data.csv; wc -c < /workspace/input/big.bin; echo x > /workspace/input/data.csv || echo refused; rm -f /workspace/input/big.bin || echo refused")
+	want := data + fmt.Sprintln(len(big)) + "refused\nrefused\n"
+	if res.Stdout != want {
+		t.Errorf("inputs inside:\n%q\nwant\n%q (stderr %q)", res.Stdout, want, res.Stderr)
+	}
+	for _, bad := range []string{"", ".", "..", "../x", "a/b", "/etc/x", "x\x00y", "x\ny"} {
+		if err := inst.PutInput(ctx, bad, strings.NewReader("x")); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("PutInput(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	if err := inst.PutInput(ctx, "data.csv", strings.NewReader("again")); err == nil {
+		t.Errorf("PutInput over an existing file succeeded")
+	}
+}
+
+func (s *suite) testOutputs(t *testing.T) {
+	inst := s.create(t, policy(t, nil))
+	res := sh(t, inst, "mkdir -p /workspace/output/sub && echo result > /workspace/output/sub/r.txt")
+	if res.ExitCode != 0 {
+		t.Fatalf("write output: %d %s", res.ExitCode, res.Stderr)
+	}
+	dir, err := inst.Output(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	b, err := readBeneath(dir, "sub/r.txt")
+	if err != nil || string(b) != "result\n" {
+		t.Errorf("output read back as %q, %v", b, err)
+	}
+}
+
+func (s *suite) testState(t *testing.T) {
+	inst := s.create(t, policy(t, nil))
+	sh(t, inst, "echo kept > /tmp/state")
+	if res := sh(t, inst, "cat /tmp/state"); res.Stdout != "kept\n" {
+		t.Errorf("second command read %q, want the first one's file", res.Stdout)
+	}
+}
+
+func (s *suite) testConcurrent(t *testing.T) {
+	inst := s.create(t, policy(t, nil))
+	var wg sync.WaitGroup
+	results := make([]sandbox.Result, 4)
+	for k := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := inst.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"sh", "-c", fmt.Sprintf("sleep 0.3; echo %d", k)}})
+			if err != nil {
+				t.Errorf("concurrent exec %d: %v", k, err)
+			}
+			results[k] = res
+		}()
+	}
+	wg.Wait()
+	for k, res := range results {
+		if res.Stdout != fmt.Sprintf("%d\n", k) || res.ExitCode != 0 {
+			t.Errorf("command %d: stdout %q exit %d", k, res.Stdout, res.ExitCode)
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the streaming goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (s *suite) testStreaming(t *testing.T) {
+	inst := s.create(t, policy(t, nil))
+	var out, errb lockedBuffer
+	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"sh", "-c", "for i in 1 2 3; do echo $i; echo e$i >&2; done"}, Stdout: &out, Stderr: &errb})
+	if out.String() != "1\n2\n3\n" || errb.String() != "e1\ne2\ne3\n" || res.Stdout != out.String() {
+		t.Errorf("streamed stdout %q stderr %q, result %q", out.String(), errb.String(), res.Stdout)
+	}
+}
+
+func (s *suite) testTimeout(t *testing.T) {
+	inst := s.create(t, policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = sandbox.Duration(time.Second) }))
+	start := time.Now()
+	res := sh(t, inst, "echo started; sleep 60")
+	if !res.TimedOut || res.ExitCode != sandbox.ExitTimeout || res.Stdout != "started\n" {
+		t.Errorf("sleep past the timeout: timed_out %v exit %d stdout %q", res.TimedOut, res.ExitCode, res.Stdout)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("timeout of 1s took %v to fire", d)
+	}
+	// a request's own timeout overrides the policy's
+	res = runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"sleep", "2"}, Timeout: sandbox.Duration(10 * time.Second)})
+	if res.TimedOut || res.ExitCode != 0 {
+		t.Errorf("request timeout 10s over policy 1s: timed_out %v exit %d", res.TimedOut, res.ExitCode)
+	}
+	// stdin that never ends does not hold the command past its timeout
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	res = runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"cat"}, Stdin: r})
+	if !res.TimedOut || res.ExitCode != sandbox.ExitTimeout {
+		t.Errorf("block on stdin: timed_out %v exit %d", res.TimedOut, res.ExitCode)
+	}
+}
+
+func (s *suite) testStdoutCap(t *testing.T) {
+	const limit = 64 << 10
+	inst := s.create(t, policy(t, func(p *sandbox.Policy) { p.Limits.OutputBytes = limit }))
+	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c",
+		"import sys\nsys.stdout.write('o'*(1<<20)); sys.stderr.write('e'*(1<<20)); sys.stdout.flush(); print('done', file=sys.stderr)"}})
+	if len(res.Stdout) != limit || !res.StdoutTruncated || len(res.Stderr) != limit || !res.StderrTruncated {
+		t.Errorf("1MiB each with a 64KiB cap: stdout %d truncated %v, stderr %d truncated %v",
+			len(res.Stdout), res.StdoutTruncated, len(res.Stderr), res.StderrTruncated)
+	}
+	if res.ExitCode != 0 {
+		t.Errorf("the writer must not be broken by the cap: exit %d", res.ExitCode)
+	}
+	res = sh(t, inst, "echo small")
+	if res.StdoutTruncated || res.Stdout != "small\n" {
+		t.Errorf("small output: %q truncated %v", res.Stdout, res.StdoutTruncated)
+	}
+}
+
+func (s *suite) testMemory(t *testing.T) {
+	s.skip(t, "memory cap")
+	const limit = 64 << 20
+	inst := s.create(t, policy(t, func(p *sandbox.Policy) { p.Limits.MemoryBytes = limit }))
+	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c",
+		"x = bytearray(128 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\nprint('survived')"}})
+	if !res.OOMKilled || res.ExitCode != sandbox.ExitOOM || strings.Contains(res.Stdout, "survived") {
+		t.Errorf("twice the memory cap: oom_killed %v exit %d stdout %q stderr %q", res.OOMKilled, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	res = runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c", "x = bytearray(16 << 20); print('fine')"}})
+	if res.OOMKilled || res.Stdout != "fine\n" {
+		t.Errorf("a quarter of the cap, after an OOM: oom_killed %v stdout %q stderr %q", res.OOMKilled, res.Stdout, res.Stderr)
+	}
+}
+
+func (s *suite) testPids(t *testing.T) {
+	s.skip(t, "pids cap")
+	const limit = 32
+	inst := s.create(t, policy(t, func(p *sandbox.Policy) { p.Limits.Pids = limit }))
+	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c", `
+import os, time
+n = 0
+try:
+    while n < 10000:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        n += 1
+except OSError as e:
+    print(n, e.errno)
+`}})
+	var n, errno int
+	if _, err := fmt.Sscan(res.Stdout, &n, &errno); err != nil || n > limit || n < limit/2 || errno != 11 {
+		t.Errorf("fork until refused with a cap of %d: %q (stderr %q)", limit, res.Stdout, res.Stderr)
+	}
+	if !res.PidsLimitHit {
+		t.Errorf("pids_limit_hit not reported")
+	}
+}
+
+func (s *suite) testCPU(t *testing.T) {
+	s.skip(t, "cpu quota")
+	inst := s.create(t, policy(t, func(p *sandbox.Policy) { p.Limits.CPUs = 0.5 }))
+	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c", `
+import os, time
+end = time.time() + 2
+kids = [os.fork() for _ in range(2)]
+if 0 in kids:
+    while time.time() < end: pass
+    os._exit(0)
+for k in kids: os.waitpid(k, 0)
+`}})
+	// two busy processes for 2 s would use 4000 ms of CPU unthrottled
+	if res.Usage.CPUMillis <= 0 || res.Usage.CPUMillis > 0.5*res.DurationMS*1.3+100 {
+		t.Errorf("cpu quota 0.5: used %.0f ms of CPU in %.0f ms", res.Usage.CPUMillis, res.DurationMS)
+	}
+	t.Logf("two busy loops under a 0.5 CPU quota: %.0f ms CPU in %.0f ms wall", res.Usage.CPUMillis, res.DurationMS)
+}
+
+func (s *suite) testOpenFiles(t *testing.T) {
+	inst := s.create(t, policy(t, func(p *sandbox.Policy) { p.Limits.OpenFiles = 100 }))
+	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c", `
+import os, errno
+fds = []
+try:
+    while len(fds) < 100000:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError as e:
+    print(len(fds), errno.errorcode[e.errno])
+`}})
+	var n int
+	var name string
+	if _, err := fmt.Sscan(res.Stdout, &n, &name); err != nil || name != "EMFILE" || n > 100 || n < 90 {
+		t.Errorf("open until refused with a cap of 100: %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+}
+
+func (s *suite) testUsage(t *testing.T) {
+	inst := s.create(t, policy(t, nil))
+	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c",
+		"import time\nx = bytearray(64 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\nend = time.time() + 0.3\nwhile time.time() < end: pass"}})
+	if res.Usage.CPUMillis < 100 || res.Usage.PeakMemoryBytes < 64<<20 || res.DurationMS < 300 {
+		t.Errorf("usage after 300 ms busy with 64 MiB: %+v, duration %.0f ms", res.Usage, res.DurationMS)
+	}
+}
+
+func (s *suite) testBadRequests(t *testing.T) {
+	inst := s.create(t, policy(t, nil))
+	ctx := context.Background()
+	for _, req := range []sandbox.ExecRequest{
+		{},
+		{Cmd: []string{""}},
+		{Cmd: []string{"echo", "a\x00b"}},
+		{Cmd: []string{"env"}, Env: map[string]string{"A=B": "x"}},
+		{Cmd: []string{"pwd"}, Dir: "relative"},
+		{Cmd: []string{"true"}, Timeout: -1},
+	} {
+		if _, err := inst.Exec(ctx, req); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("Exec(%+v) = %v, want ErrInvalid", req, err)
+		}
+	}
+}
+
+func (s *suite) testDestroy(t *testing.T) {
+	p := policy(t, nil)
+	inst, err := s.Backend.Create(context.Background(), sandbox.Spec{Image: s.Image, Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Destroy(context.Background()); err != nil {
+		t.Errorf("second Destroy: %v", err)
+	}
+	if _, err := inst.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"true"}}); err == nil {
+		t.Errorf("Exec after Destroy succeeded")
+	}
+	if s.Leftovers != nil {
+		if left := s.Leftovers(); len(left) > 0 {
+			t.Errorf("left behind after destroy: %v", left)
+		}
+	}
+}

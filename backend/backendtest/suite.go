@@ -1,0 +1,194 @@
+// Package backendtest is the conformance and security suite that every
+// airlock backend runs: real sandboxes, real commands, and attack programs
+// (python3 scripts using only the standard library) that run inside the
+// sandbox and report whether each attack was stopped.
+//
+// A backend's tests call Run with a Config. A check that cannot apply to a
+// backend is listed in Config.Skip with the reason, which the suite
+// prints; nothing is skipped silently.
+package backendtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// Config describes the backend under test.
+type Config struct {
+	Backend sandbox.Backend
+	// Image is the image the sandboxes run ("host" for native).
+	Image string
+	// Skip maps the name of a subtest or of a probe check to the reason it
+	// cannot apply to this backend.
+	Skip map[string]string
+	// Leftovers lists what the backend left on the host (processes,
+	// cgroups, containers…); the suite calls it after destroying sandboxes
+	// and fails on anything listed.
+	Leftovers func() []string
+}
+
+//go:embed probes/*.py
+var probeFS embed.FS
+
+// Run runs the whole suite against one backend.
+func Run(t *testing.T, c Config) {
+	if err := c.Backend.Probe(context.Background()); err != nil {
+		t.Skipf("backend %s cannot run here: %v", c.Backend.Name(), err)
+	}
+	s := &suite{Config: c}
+	t.Run("conformance", s.conformance)
+	t.Run("security", s.security)
+}
+
+// suite holds the config and helpers shared by the tests.
+type suite struct {
+	Config
+	mu      sync.Mutex
+	checked map[*testing.T]bool
+}
+
+// skip skips t when the config lists name, printing the reason.
+func (s *suite) skip(t *testing.T, name string) {
+	t.Helper()
+	if why, ok := s.Skip[name]; ok {
+		t.Skipf("%s: does not apply to backend %s: %s", name, s.Backend.Name(), why)
+	}
+}
+
+// policy returns a normalized policy after applying edit to the defaults.
+func policy(t *testing.T, edit func(*sandbox.Policy)) sandbox.Policy {
+	t.Helper()
+	var p sandbox.Policy
+	if edit != nil {
+		edit(&p)
+	}
+	p, err := p.Normalize()
+	if err != nil {
+		t.Fatalf("policy: %v", err)
+	}
+	return p
+}
+
+// create starts a sandbox that is destroyed when the test ends.
+func (s *suite) create(t *testing.T, p sandbox.Policy) sandbox.Instance {
+	t.Helper()
+	s.checkLeftoversAtEnd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	inst, err := s.Backend.Create(ctx, sandbox.Spec{Image: s.Image, Policy: p})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := inst.Destroy(context.Background()); err != nil {
+			t.Errorf("destroy: %v", err)
+		}
+	})
+	return inst
+}
+
+// checkLeftoversAtEnd makes t check, once all its sandboxes are destroyed,
+// that the backend left nothing behind. Cleanups run last-in first-out,
+// so the check registered before the first sandbox runs after them all.
+func (s *suite) checkLeftoversAtEnd(t *testing.T) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.Leftovers == nil || s.checked[t] {
+		return
+	}
+	if s.checked == nil {
+		s.checked = map[*testing.T]bool{}
+	}
+	s.checked[t] = true
+	t.Cleanup(func() {
+		if left := s.Leftovers(); len(left) > 0 {
+			t.Errorf("left behind after destroy: %v", left)
+		}
+	})
+}
+
+// runReq runs a command and fails the test on an infrastructure error.
+func runReq(t *testing.T, inst sandbox.Instance, req sandbox.ExecRequest) sandbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := inst.Exec(ctx, req)
+	if err != nil {
+		t.Fatalf("exec %q: %v", req.Cmd, err)
+	}
+	return res
+}
+
+// sh runs a shell command line.
+func sh(t *testing.T, inst sandbox.Instance, script string) sandbox.Result {
+	t.Helper()
+	return runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"sh", "-c", script}})
+}
+
+// check is one line of a probe's report.
+type check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// probeScript joins the shared helpers and one probe into one program.
+func probeScript(t *testing.T, name string) string {
+	t.Helper()
+	common, err := probeFS.ReadFile("probes/common.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := probeFS.ReadFile("probes/" + name + ".py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(common) + "\n" + string(body)
+}
+
+// probe runs an attack probe inside inst and checks every line it
+// reports. It returns the checks by name for extra assertions.
+func (s *suite) probe(t *testing.T, inst sandbox.Instance, name string, env map[string]string, args ...string) map[string]check {
+	t.Helper()
+	cmd := append([]string{"python3", "-c", probeScript(t, name)}, args...)
+	res := runReq(t, inst, sandbox.ExecRequest{Cmd: cmd, Env: env})
+	if res.ExitCode != 0 {
+		t.Fatalf("probe %s exited %d (signal %q)\nstdout:\n%s\nstderr:\n%s", name, res.ExitCode, res.Signal, res.Stdout, res.Stderr)
+	}
+	checks := map[string]check{}
+	sc := bufio.NewScanner(strings.NewReader(res.Stdout))
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		var c check
+		if err := json.Unmarshal(line, &c); err != nil {
+			t.Errorf("probe %s: bad line %q: %v", name, line, err)
+			continue
+		}
+		checks[c.Name] = c
+		if why, ok := s.Skip[c.Name]; ok {
+			t.Logf("SKIP %s: does not apply to backend %s: %s (got ok=%v, %s)", c.Name, s.Backend.Name(), why, c.OK, c.Detail)
+			continue
+		}
+		if !c.OK {
+			t.Errorf("ATTACK NOT STOPPED: %s: %s", c.Name, c.Detail)
+		} else {
+			t.Logf("stopped: %s (%s)", c.Name, c.Detail)
+		}
+	}
+	if len(checks) == 0 {
+		t.Fatalf("probe %s reported nothing; stderr:\n%s", name, res.Stderr)
+	}
+	return checks
+}
