@@ -199,18 +199,20 @@ func (i *instance) sandboxLimits(h *hostInfo) *sandboxLimits {
 		fixed(unix.RLIMIT_NOFILE, uint64(lim.OpenFiles)),
 		fixed(unix.RLIMIT_FSIZE, uint64(lim.DiskBytes)),
 	}
+	var perCommand []rlimit
 	has := func(ctl string) bool { return i.cg != nil && h.cgroups.ctl[ctl] != nil }
 	if !has(ctlMemory) {
-		rl = append(rl, fixed(unix.RLIMIT_AS, uint64(lim.MemoryBytes)))
+		perCommand = append(perCommand, fixed(unix.RLIMIT_AS, uint64(lim.MemoryBytes)))
 	}
 	if !has(ctlCPU) {
 		secs := uint64(time.Duration(lim.Timeout).Seconds()*lim.CPUs) + 1
-		rl = append(rl, fixed(unix.RLIMIT_CPU, secs))
+		perCommand = append(perCommand, fixed(unix.RLIMIT_CPU, secs))
 	}
 	if !has(ctlPids) {
 		rl = append(rl, fixed(unix.RLIMIT_NPROC, uint64(lim.Pids+initTasks)))
 	}
-	l := &sandboxLimits{UID: sandboxUID, GID: sandboxGID, SetGroups: !i.rootless, Rlimits: rl, OOMScoreAdj: 1000}
+	l := &sandboxLimits{UID: sandboxUID, GID: sandboxGID, SetGroups: !i.rootless, Rlimits: rl,
+		CommandRlimits: perCommand, OOMScoreAdj: 1000}
 	if h.landlockABI > 0 {
 		l.Landlock = &llConfig{
 			ABI:      h.landlockABI,

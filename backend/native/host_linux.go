@@ -97,8 +97,8 @@ func cgroupsWritable(h *cgroupHost) error {
 func (h *hostInfo) weakened() []string {
 	var w []string
 	for _, c := range []struct{ ctl, fallback string }{
-		{ctlMemory, "memory: RLIMIT_AS per process instead of a cgroup cap; no OOM report"},
-		{ctlCPU, "cpu: no quota, RLIMIT_CPU caps total CPU seconds instead"},
+		{ctlMemory, "memory: RLIMIT_AS per process, set just after the command starts, instead of a cgroup cap; no OOM report"},
+		{ctlCPU, "cpu: no quota; RLIMIT_CPU, set just after the command starts, caps its CPU seconds instead"},
 		{ctlPids, "pids: RLIMIT_NPROC instead of a cgroup cap"},
 	} {
 		if h.cgroupErr != nil || h.cgroups.ctl[c.ctl] == nil {

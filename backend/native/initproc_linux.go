@@ -161,6 +161,14 @@ func (in *initState) exec(seq uint64, files []*os.File) error {
 		writeStatus(status, execStatus{Error: err.Error(), ExitCode: code})
 		return nil
 	}
+	for _, rl := range in.limits.CommandRlimits {
+		lim := unix.Rlimit{Cur: rl.Cur, Max: rl.Max}
+		if err := unix.Prlimit(pid, rl.Resource, &lim, nil); err != nil {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			writeStatus(status, execStatus{Error: fmt.Sprintf("limit %d: %v", rl.Resource, err), ExitCode: 126})
+			return nil
+		}
+	}
 	// Under memory pressure on the host, sandboxed code goes first.
 	_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(strconv.Itoa(in.limits.OOMScoreAdj)), 0)
 	c := &command{seq: seq, pid: pid, status: status}

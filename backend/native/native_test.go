@@ -11,6 +11,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if code, ok := childMode(); ok {
+		os.Exit(code)
+	}
 	os.Exit(backendtest.Main(m, leftovers))
 }
 

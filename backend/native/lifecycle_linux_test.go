@@ -1,0 +1,232 @@
+package native_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/backend/native"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// childMode lets the test binary play a second airlock process: the tests
+// below start it with AIRLOCK_TEST_CHILD set, and TestMain hands over.
+func childMode() (int, bool) {
+	switch os.Getenv("AIRLOCK_TEST_CHILD") {
+	case "hold":
+		holdSandbox(os.Getenv("AIRLOCK_TEST_MARK"))
+		return 0, true
+	case "rootless":
+		return rootlessChecks(), true
+	}
+	return 0, false
+}
+
+// holdSandbox starts a sandbox running a marked sleep, says so, and waits
+// to be killed.
+func holdSandbox(mark string) {
+	be := native.New(native.Options{})
+	p, _ := sandbox.Policy{Limits: sandbox.Limits{Timeout: sandbox.Duration(10 * time.Minute)}}.Normalize()
+	inst, err := be.Create(context.Background(), sandbox.Spec{Image: "host", Policy: p})
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	go func() {
+		_, _ = inst.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"sh", "-c", "sleep 600; : " + mark}})
+	}()
+	for len(hostProcesses(mark)) == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("ready")
+	select {}
+}
+
+func newMark(t *testing.T) string {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return "airlockmark" + hex.EncodeToString(b[:])
+}
+
+func hostProcesses(mark string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), mark) && e.Name() != fmt.Sprint(os.Getpid()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestSupervisorKilled kills an airlock process with SIGKILL while its
+// sandbox runs: the sandbox must die with it, and the next backend must
+// remove the cgroups it left.
+func TestSupervisorKilled(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups (CI runs as root)")
+	}
+	mark := newMark(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CHILD=hold", "AIRLOCK_TEST_MARK="+mark)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if line != "ready\n" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("child: %q", line)
+	}
+	if len(hostProcesses(mark)) == 0 {
+		t.Fatal("the sandboxed sleep is not running")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(hostProcesses(mark)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if left := hostProcesses(mark); len(left) > 0 {
+		t.Fatalf("sandbox processes outlived their airlock process: %v", left)
+	}
+	stale := leftovers()
+	if len(stale) == 0 {
+		t.Fatal("expected the killed process's cgroups to be left for cleanup")
+	}
+	removed := native.New(native.Options{}).CleanupStale()
+	if left := leftovers(); len(left) > 0 {
+		t.Errorf("after CleanupStale, still left: %v (removed %v)", left, removed)
+	}
+	t.Logf("killed airlock's sandbox died with it; the next start removed %d cgroups", len(removed))
+}
+
+// rootlessResult is one check reported by the rootless child.
+type rootlessResult struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+}
+
+// rootlessChecks runs as an unprivileged user and reports on stdout.
+func rootlessChecks() int {
+	enc := json.NewEncoder(os.Stdout)
+	say := func(name string, ok bool, detail any) {
+		_ = enc.Encode(rootlessResult{name, ok, fmt.Sprint(detail)})
+	}
+	ctx := context.Background()
+	be := native.New(native.Options{})
+	if err := be.Probe(ctx); err != nil {
+		say("probe", false, err)
+		return 0
+	}
+	strict, _ := sandbox.Policy{Strict: true}.Normalize()
+	_, err := be.Create(ctx, sandbox.Spec{Image: "host", Policy: strict})
+	say("strict policy refused without cgroups", errors.Is(err, sandbox.ErrUnsupported), err)
+	p, _ := sandbox.Policy{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Timeout: sandbox.Duration(3 * time.Second)}}.Normalize()
+	inst, err := be.Create(ctx, sandbox.Spec{Image: "host", Policy: p})
+	if err != nil {
+		say("create", false, err)
+		return 0
+	}
+	defer inst.Destroy(ctx)
+	run := func(script string) sandbox.Result {
+		res, err := inst.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"sh", "-c", script}})
+		if err != nil {
+			say("exec "+script, false, err)
+		}
+		return res
+	}
+	res := run(`echo "$(id -u) $(grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t\n' '  ')"`)
+	say("runs as 1000 with no capabilities", strings.HasPrefix(res.Stdout, "1000 CapEff: 0000000000000000 CapBnd: 0000000000000000 NoNewPrivs: 1 Seccomp: 2"), res.Stdout+res.Stderr)
+	say("weaker layers reported", strings.Contains(strings.Join(res.Weakened, ";"), "memory: RLIMIT_AS"), res.Weakened)
+	res = run(`python3 -c 'x = bytearray(256 << 20)' 2>&1 | tail -1`)
+	say("memory fallback stops a large allocation", strings.Contains(res.Stdout, "MemoryError"), res.Stdout)
+	res = run("sleep 30")
+	say("timeout fires", res.TimedOut && res.ExitCode == sandbox.ExitTimeout, res.ExitCode)
+	if err := inst.PutInput(ctx, "in.txt", strings.NewReader("rootless input\n")); err != nil {
+		say("input", false, err)
+	} else {
+		res = run("cat /workspace/input/in.txt; echo x > /workspace/input/in.txt || echo refused")
+		say("input readable, not writable", res.Stdout == "rootless input\nrefused\n", res.Stdout+res.Stderr)
+	}
+	res = run("echo ok > /workspace/output/o.txt; touch /usr/x 2>&1 | tail -1")
+	say("root read-only", strings.Contains(res.Stdout, "Read-only file system"), res.Stdout)
+	return 0
+}
+
+// TestRootless runs a sandbox as an unprivileged user: it must still run,
+// with the layers that need root replaced by rlimits and reported.
+func TestRootless(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("switches to an unprivileged user, which needs root (CI runs as root)")
+	}
+	// t.TempDir's parent is private to root; the child user must reach this one
+	dir, err := os.MkdirTemp("", "native-rootless-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "native.test")
+	src, err := os.Open(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
+	if err == nil {
+		_, err = io.Copy(dst, src)
+		dst.Close()
+	}
+	src.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Dir = dir
+	cmd.Env = []string{"AIRLOCK_TEST_CHILD=rootless", "PATH=/usr/bin:/bin", "HOME=" + dir}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("rootless child: %v\n%s", err, out)
+	}
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r rootlessResult
+		if json.Unmarshal([]byte(line), &r) != nil {
+			continue
+		}
+		n++
+		if !r.OK {
+			t.Errorf("rootless: %s: %s", r.Name, r.Detail)
+		} else {
+			t.Logf("rootless: %s (%s)", r.Name, r.Detail)
+		}
+	}
+	if n < 7 {
+		t.Errorf("rootless child reported %d checks, want 7:\n%s", n, out)
+	}
+}
