@@ -25,16 +25,16 @@ type execSpec struct {
 
 // sandboxLimits are set once on init and inherited by every command.
 type sandboxLimits struct {
-	UID       int       `json:"uid"`
-	GID       int       `json:"gid"`
-	SetGroups bool      `json:"set_groups"`
+	UID       int  `json:"uid"`
+	GID       int  `json:"gid"`
+	SetGroups bool `json:"set_groups"`
 	// Rlimits are set on init and inherited by every command.
 	Rlimits []rlimit `json:"rlimits"`
 	// CommandRlimits would stop init itself (its Go runtime needs more
 	// address space than a small memory cap), so they are set on each
 	// command with prlimit just after it starts.
-	CommandRlimits []rlimit `json:"command_rlimits,omitempty"`
-	Landlock  *llConfig `json:"landlock,omitempty"`
+	CommandRlimits []rlimit  `json:"command_rlimits,omitempty"`
+	Landlock       *llConfig `json:"landlock,omitempty"`
 	// OOMScoreAdj is raised for commands so that, under memory pressure on
 	// the host, sandboxed code is killed first.
 	OOMScoreAdj int `json:"oom_score_adj"`
