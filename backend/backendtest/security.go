@@ -24,6 +24,7 @@ import (
 func (s *suite) security(t *testing.T) {
 	t.Run("filesystem", s.testFilesystemAttacks)
 	t.Run("network", s.testNetworkAttacks)
+	t.Run("egress allowlist", s.testEgress)
 	t.Run("privileges", s.testPrivilegeAttacks)
 	t.Run("isolation between sandboxes", s.testIsolation)
 	t.Run("fork bomb", s.testForkBomb)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -49,6 +50,10 @@ func (i *instance) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.R
 		before = i.cg.stats()
 	}
 	start := time.Now()
+	seenEgress := 0
+	if i.proxy != nil {
+		seenEgress = len(i.proxy.Events())
+	}
 	seq := i.seq.Add(1)
 	go p.writeSpec(spec)
 	if err := i.request(ctx, message{Op: opExec, Seq: seq}, p.theirs()...); err != nil {
@@ -86,6 +91,9 @@ func (i *instance) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.R
 	res.Stderr, res.StderrTruncated = stderr.String(), stderr.truncated()
 	st, reported := decodeStatus(statusBytes)
 	i.fillResult(&res, st, reported, before)
+	if i.proxy != nil {
+		res.Egress = append(res.Egress, i.proxy.Events()[seenEgress:]...)
+	}
 	return res, waitErr
 }
 
@@ -152,7 +160,11 @@ func (i *instance) execSpec(req sandbox.ExecRequest) (execSpec, time.Duration, e
 		}
 	}
 	env := map[string]string{}
-	for _, m := range []map[string]string{defaultEnv, i.policy.Env, req.Env} {
+	var proxyEnv map[string]string
+	if i.proxy != nil {
+		proxyEnv = egress.Env(fmt.Sprintf("127.0.0.1:%d", egressPort))
+	}
+	for _, m := range []map[string]string{defaultEnv, proxyEnv, i.policy.Env, req.Env} {
 		for k, v := range m {
 			if err := sandbox.CheckEnv(k, v); err != nil {
 				return execSpec{}, 0, err

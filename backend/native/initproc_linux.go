@@ -42,9 +42,12 @@ func initMain() int {
 		_ = ch.send(message{Op: opReady, Error: err.Error()})
 		return 1
 	}
-	err = ch.send(message{Op: opReady}, br.output, br.input)
-	br.output.Close()
-	br.input.Close()
+	files := []*os.File{br.output, br.input}
+	if br.egress != nil {
+		files = append(files, br.egress)
+	}
+	err = ch.send(message{Op: opReady}, files...)
+	closeAll(files)
 	if err != nil {
 		return 1
 	}
@@ -66,7 +69,34 @@ func setupSandbox(cfg *initConfig) (builtRoot, error) {
 	if err != nil {
 		return br, err
 	}
+	if cfg.EgressPort > 0 {
+		if br.egress, err = listenLoopback(cfg.EgressPort); err != nil {
+			return br, err
+		}
+	}
 	return br, applyLimits(cfg.Limits)
+}
+
+// listenLoopback opens a listening TCP socket on 127.0.0.1:port of the
+// sandbox's network namespace. The supervisor accepts on it: the socket
+// stays in this namespace, so the proxy is reachable from inside and
+// nothing else is.
+func listenLoopback(port int) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("egress listener: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "egress")
+	addr := &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}
+	if err := unix.Bind(fd, addr); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("egress listener on 127.0.0.1:%d: %w", port, err)
+	}
+	if err := unix.Listen(fd, 128); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("egress listener: %w", err)
+	}
+	return f, nil
 }
 
 // loopbackUp brings up lo, the only interface of the sandbox's network

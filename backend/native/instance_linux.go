@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -15,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -30,8 +32,9 @@ type instance struct {
 	cmd       *exec.Cmd
 	initErr   *capBuffer // init's stderr, for error messages
 	ch        *channel
-	cg        *cgroup // nil when cgroups are unavailable
-	hostRoot  int     // host uid and gid of the sandbox's root; -1 rootless
+	cg        *cgroup       // nil when cgroups are unavailable
+	proxy     *egress.Proxy // nil when the network is off
+	hostRoot  int           // host uid and gid of the sandbox's root; -1 rootless
 	outputDir *os.File
 	inputDir  *os.File      // writable detached mount of /workspace/input
 	dead      chan struct{} // closed when init has been reaped
@@ -94,6 +97,9 @@ func (i *instance) start(ctx context.Context, h *hostInfo, plan []rootEntry) err
 		DiskBytes: i.policy.Limits.DiskBytes, DiskInodes: i.policy.Limits.DiskInodes,
 		Limits: i.sandboxLimits(h),
 	}
+	if i.proxy != nil {
+		cfg.EgressPort = egressPort
+	}
 	if err := i.ch.send(message{Op: opConfig, Config: cfg}); err != nil {
 		return err
 	}
@@ -109,12 +115,12 @@ func (i *instance) start(ctx context.Context, h *hostInfo, plan []rootEntry) err
 		case m.Error != "":
 			closeAll(files)
 			ready <- errors.New(m.Error)
-		case len(files) != 2:
+		case len(files) != 2 && (i.proxy == nil || len(files) != 3):
 			closeAll(files)
-			ready <- fmt.Errorf("init passed %d descriptors, want 2", len(files))
+			ready <- fmt.Errorf("init passed %d descriptors", len(files))
 		default:
 			i.outputDir, i.inputDir = files[0], files[1]
-			ready <- nil
+			ready <- i.serveEgress(files[2:])
 		}
 	}()
 	select {
@@ -126,6 +132,24 @@ func (i *instance) start(ctx context.Context, h *hostInfo, plan []rootEntry) err
 		return fmt.Errorf("build sandbox: %w%s", err, i.initStderr())
 	}
 	go i.readLoop()
+	return nil
+}
+
+// egressPort is where the proxy listens on the sandbox's lo.
+const egressPort = 3128
+
+// serveEgress starts the proxy on the listening socket init made inside
+// the sandbox's network namespace.
+func (i *instance) serveEgress(files []*os.File) error {
+	if len(files) == 0 {
+		return nil
+	}
+	l, err := net.FileListener(files[0])
+	files[0].Close()
+	if err != nil {
+		return fmt.Errorf("egress listener: %w", err)
+	}
+	go func() { _ = i.proxy.Serve(context.Background(), l) }()
 	return nil
 }
 
@@ -302,6 +326,9 @@ func (i *instance) Destroy(ctx context.Context) error {
 		}
 		if i.ch != nil {
 			i.ch.close()
+		}
+		if i.proxy != nil {
+			_ = i.proxy.Close()
 		}
 		select {
 		case <-i.dead:

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -31,6 +32,9 @@ type Options struct {
 	Images ImageResolver
 	// Logger receives lifecycle events; nil discards them.
 	Logger *slog.Logger
+	// EgressHooks replace the egress proxy's lookups and dials. They are
+	// for tests; no policy can set them.
+	EgressHooks egress.Hooks
 }
 
 // ImageResolver finds the rootfs folder of a named image.
@@ -129,6 +133,12 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	inst := &instance{
 		id: id, backend: b, policy: pol, weakened: weak, rootless: !h.root,
 		pending: map[uint64]chan message{}, dead: make(chan struct{}),
+	}
+	if pol.Network.Enabled() {
+		inst.proxy, err = egress.New(egress.Options{Policy: pol.Network, Logger: b.opts.Logger.With("sandbox", id), Hooks: b.opts.EgressHooks})
+		if err != nil {
+			return nil, err
+		}
 	}
 	if err := inst.start(ctx, h, plan); err != nil {
 		_ = inst.Destroy(context.Background())

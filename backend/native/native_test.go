@@ -8,6 +8,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/native"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 func TestMain(m *testing.M) {
@@ -62,5 +64,8 @@ func TestSuite(t *testing.T) {
 		Backend:   native.New(native.Options{}),
 		Image:     "host",
 		Leftovers: leftovers,
+		WithEgressHooks: func(h egress.Hooks) sandbox.Backend {
+			return native.New(native.Options{EgressHooks: h})
+		},
 	})
 }

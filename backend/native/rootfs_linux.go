@@ -45,6 +45,9 @@ type initConfig struct {
 	UID        int            `json:"uid"`
 	GID        int            `json:"gid"`
 	Limits     *sandboxLimits `json:"limits"`
+	// EgressPort, when set, is where init listens on the sandbox's lo for
+	// the egress proxy; the listening socket goes to the supervisor.
+	EgressPort int `json:"egress_port,omitempty"`
 }
 
 // Inside paths.
@@ -199,6 +202,7 @@ const newRootBase = "/tmp"
 type builtRoot struct {
 	output *os.File // /workspace/output, for the artifact filter
 	input  *os.File // a writable detached mount of the input tmpfs
+	egress *os.File // the egress proxy's listening socket, or nil
 }
 
 // buildRoot assembles the root described by cfg and pivots into it.

@@ -1,0 +1,94 @@
+package native_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/backend/native"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// The benchmarks time one whole sandboxed run (create, run a command,
+// destroy) beside baselines measured in the same run: bubblewrap with the
+// same read-only /usr, fresh /proc and minimal /dev (it sets up no cgroups,
+// seccomp or Landlock by default), and the bare command with no sandbox.
+// Each reports the median in ms next to Go's mean.
+//
+//	go test -run '^$' -bench . -benchtime 200x ./backend/native
+
+// bwrapArgs give bubblewrap a root comparable to the host image's.
+var bwrapArgs = []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
+	"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+	"--symlink", "usr/sbin", "/sbin", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}
+
+// timed runs fn b.N times and reports the median duration.
+func timed(b *testing.B, fn func() error) {
+	b.Helper()
+	d := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		t0 := time.Now()
+		if err := fn(); err != nil {
+			b.Fatal(err)
+		}
+		d = append(d, time.Since(t0))
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "median-ms")
+}
+
+func sandboxRun(b *testing.B, be *native.Backend, cmd ...string) func() error {
+	p, err := sandbox.Policy{}.Normalize()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	return func() error {
+		inst, err := be.Create(ctx, sandbox.Spec{Image: "host", Policy: p})
+		if err != nil {
+			return err
+		}
+		res, err := inst.Exec(ctx, sandbox.ExecRequest{Cmd: cmd})
+		if derr := inst.Destroy(ctx); err == nil {
+			err = derr
+		}
+		if err == nil && res.ExitCode != 0 {
+			b.Fatalf("%v exited %d: %s", cmd, res.ExitCode, res.Stderr)
+		}
+		return err
+	}
+}
+
+func hostRun(name string, args ...string) func() error {
+	return func() error { return exec.Command(name, args...).Run() }
+}
+
+func benchRoot(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("the native backend's full form needs root")
+	}
+}
+
+// BenchmarkTrue: create + run /bin/true + destroy.
+func BenchmarkTrue(b *testing.B) {
+	benchRoot(b)
+	be := native.New(native.Options{})
+	b.Run("airlock-native", func(b *testing.B) { timed(b, sandboxRun(b, be, "/bin/true")) })
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		b.Logf("bwrap baseline skipped: bubblewrap is not installed (apt-get install bubblewrap)")
+		return
+	}
+	b.Run("bwrap", func(b *testing.B) { timed(b, hostRun("bwrap", append(bwrapArgs, "/bin/true")...)) })
+	b.Run("bare", func(b *testing.B) { timed(b, hostRun("/bin/true")) })
+}
+
+// BenchmarkPython: the overhead over a bare `python3 -c pass`.
+func BenchmarkPython(b *testing.B) {
+	benchRoot(b)
+	be := native.New(native.Options{})
+	b.Run("airlock-native", func(b *testing.B) { timed(b, sandboxRun(b, be, "python3", "-c", "pass")) })
+	b.Run("bare", func(b *testing.B) { timed(b, hostRun("python3", "-c", "pass")) })
+}
