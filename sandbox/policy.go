@@ -36,7 +36,8 @@ type Limits struct {
 	DiskInodes int64 `json:"disk_inodes,omitempty"`
 	// OutputBytes caps what is kept of stdout and of stderr, each.
 	OutputBytes int64 `json:"stdout_limit_bytes,omitempty"`
-	// OpenFiles caps open file descriptors per process.
+	// OpenFiles caps open file descriptors per process (at least 64: the
+	// sandbox's init lives under the same cap).
 	OpenFiles int `json:"open_files,omitempty"`
 }
 
@@ -148,7 +149,7 @@ func (p Policy) Normalize() (Policy, error) {
 		{l.DiskBytes >= minDisk && l.DiskBytes <= maxDisk, "disk", FormatSize(l.DiskBytes), "between 1MiB and 1TiB"},
 		{l.DiskInodes >= 16 && l.DiskInodes <= 1<<32, "disk inodes", fmt.Sprint(l.DiskInodes), "between 16 and 2^32"},
 		{l.OutputBytes >= 1 && l.OutputBytes <= maxOutput, "stdout limit", FormatSize(l.OutputBytes), "between 1B and 1GiB"},
-		{l.OpenFiles >= 16 && l.OpenFiles <= maxFiles, "open files", fmt.Sprint(l.OpenFiles), "between 16 and 1048576"},
+		{l.OpenFiles >= 64 && l.OpenFiles <= maxFiles, "open files", fmt.Sprint(l.OpenFiles), "between 64 and 1048576"},
 	}
 	for _, c := range checks {
 		if !c.ok {
