@@ -1,3 +1,5 @@
+//go:build linux
+
 package backendtest
 
 import (
@@ -31,6 +33,7 @@ func (s *suite) security(t *testing.T) {
 	t.Run("stdout flood", s.testFlood)
 	t.Run("leftover processes", s.testLeftovers)
 	t.Run("many runs", s.testManyRuns)
+	t.Run("artifacts", s.testArtifacts)
 }
 
 func randomMark(t *testing.T) string {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -166,6 +167,8 @@ func (h *hostInfo) probeError() error {
 		return fmt.Errorf("native backend: kernel %s lacks the mount API (needs Linux 5.12+): %w", h.kernel, sandbox.ErrUnsupported)
 	case !h.seccomp:
 		return fmt.Errorf("native backend: kernel without seccomp: %w", sandbox.ErrUnsupported)
+	case syscallTable == nil:
+		return fmt.Errorf("native backend: no seccomp allowlist for %s yet (amd64 only): %w", runtime.GOARCH, sandbox.ErrUnsupported)
 	}
 	if _, err := exec.LookPath("/proc/self/exe"); err != nil {
 		return fmt.Errorf("native backend: /proc is not mounted: %w", sandbox.ErrUnsupported)

@@ -22,26 +22,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Options configure the native backend.
-type Options struct {
-	// CgroupParent is the folder, under each cgroup hierarchy's root, that
-	// holds the sandboxes' cgroups. Default "airlock".
-	CgroupParent string
-	// Images resolves image names other than "host" to rootfs folders;
-	// nil means only "host" and folder paths are accepted.
-	Images ImageResolver
-	// Logger receives lifecycle events; nil discards them.
-	Logger *slog.Logger
-	// EgressHooks replace the egress proxy's lookups and dials. They are
-	// for tests; no policy can set them.
-	EgressHooks egress.Hooks
-}
-
-// ImageResolver finds the rootfs folder of a named image.
-type ImageResolver interface {
-	RootFS(name string) (string, error)
-}
-
 // Backend creates native sandboxes.
 type Backend struct {
 	opts     Options

@@ -1,0 +1,23 @@
+//go:build !linux
+
+package artifact
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// Collect needs openat2, which only Linux has; elsewhere it fails with
+// sandbox.ErrUnsupported. Check works on every system.
+func Collect(ctx context.Context, src *os.File, dst string, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
+	return nil, fmt.Errorf("artifact collection needs openat2 (Linux): %w", sandbox.ErrUnsupported)
+}
+
+// CheckFile needs openat2, which only Linux has; elsewhere it fails with
+// sandbox.ErrUnsupported.
+func CheckFile(ctx context.Context, root *os.File, rel string, out Output, p sandbox.ArtifactPolicy) (sandbox.Artifact, error) {
+	return sandbox.Artifact{}, fmt.Errorf("artifact checks beneath a folder need openat2 (Linux): %w", sandbox.ErrUnsupported)
+}

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+func init() {
+	register("run", command{summary: "run a command or a script in a sandbox", run: runRun})
+}
+
+const runUsage = `run [flags] -- COMMAND [ARG...]
+       airlock run [flags] --lang python|bash|node --code FILE   (FILE "-" reads stdin)
+
+Exit status: the command's own; 124 timed out; 137 killed for memory; 125 airlock failed.`
+
+// runOptions are the parsed flags of airlock run.
+type runOptions struct {
+	backend, image, output, lang, code string
+	inputs, envs, allowHosts           listFlag
+	json, strict, stdin                bool
+	policy                             sandbox.Policy
+	cmd                                []string
+}
+
+// maxInlineCode bounds --code: the script travels as one argument.
+const maxInlineCode = 120 << 10
+
+// interpreters maps --lang to the command that runs code given inline.
+var interpreters = map[string][]string{
+	"python": {"python3", "-c"},
+	"bash":   {"bash", "-c"},
+	"node":   {"node", "-e"},
+}
+
+func parseRun(env *cliEnv, args []string) (*runOptions, error) {
+	o := &runOptions{}
+	fs := newFlagSet(env, "run", runUsage)
+	def := env.getenv("AIRLOCK_BACKEND")
+	if def == "" {
+		def = "native"
+	}
+	l := &o.policy.Limits
+	fs.StringVar(&o.backend, "backend", def, "backend: native (env AIRLOCK_BACKEND)")
+	fs.StringVar(&o.image, "image", "host", `image: "host", a built image name, or a rootfs folder`)
+	fs.Var(&o.inputs, "input", "PATH[:NAME] of a host file to put read-only at /workspace/input/NAME (repeatable)")
+	fs.StringVar(&o.output, "output", "", "host folder that receives the accepted files of /workspace/output")
+	fs.Var(durationFlag{&l.Timeout}, "timeout", "wall-clock limit (default 30s)")
+	fs.Var(sizeFlag{&l.MemoryBytes}, "memory", "memory cap, no swap (default 512MiB)")
+	fs.Var(positiveFloat{&l.CPUs}, "cpus", "CPU quota in cores (default 1)")
+	fs.Var(positiveInt{&l.Pids}, "pids", "process and thread cap (default 128)")
+	fs.Var(sizeFlag{&l.DiskBytes}, "disk", "cap on /tmp + /workspace/output + /dev/shm together (default 256MiB)")
+	fs.Var(sizeFlag{&l.OutputBytes}, "stdout-limit", "bytes kept of stdout and of stderr, each (default 1MiB)")
+	fs.Var(&o.allowHosts, "allow-host", `allow egress to a host: "example.com" or "*.example.com" (repeatable)`)
+	fs.Var(&o.envs, "env", "K=V to set inside (repeatable); no host variable enters otherwise")
+	fs.BoolVar(&o.json, "json", false, "print the Result as JSON on stdout")
+	fs.BoolVar(&o.strict, "strict", false, "refuse to run if this host can only give weaker layers")
+	fs.BoolVar(&o.stdin, "stdin", false, "pass this process's stdin to the command (default: empty stdin)")
+	fs.StringVar(&o.lang, "lang", "", "language of --code: python, bash or node")
+	fs.StringVar(&o.code, "code", "", `script file to run with --lang ("-" reads stdin)`)
+	if err := fs.parse(args); err != nil {
+		return nil, err
+	}
+	o.policy.Strict = o.strict
+	for _, kv := range o.envs {
+		k, v, err := sandbox.ParseEnv(kv)
+		if err != nil {
+			return nil, err
+		}
+		if o.policy.Env == nil {
+			o.policy.Env = map[string]string{}
+		}
+		o.policy.Env[k] = v
+	}
+	for _, h := range o.allowHosts {
+		o.policy.Network.Allow = append(o.policy.Network.Allow, sandbox.EgressRule{Host: h})
+	}
+	var err error
+	if o.cmd, err = o.command(env, fs.Args()); err != nil {
+		return nil, err
+	}
+	if o.policy, err = o.policy.Normalize(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// command is what to run: the arguments, or the --lang/--code script.
+func (o *runOptions) command(env *cliEnv, args []string) ([]string, error) {
+	if o.code == "" && o.lang == "" {
+		if len(args) == 0 {
+			return nil, fmt.Errorf("nothing to run: give a command after -- or --lang and --code: %w", sandbox.ErrInvalid)
+		}
+		return args, nil
+	}
+	if len(args) > 0 {
+		return nil, fmt.Errorf("give either a command or --lang/--code, not both: %w", sandbox.ErrInvalid)
+	}
+	interp, ok := interpreters[o.lang]
+	if !ok {
+		return nil, fmt.Errorf("--lang %q: want python, bash or node: %w", o.lang, sandbox.ErrInvalid)
+	}
+	if o.code == "" {
+		return nil, fmt.Errorf("--lang needs --code FILE: %w", sandbox.ErrInvalid)
+	}
+	if o.code == "-" && o.stdin {
+		return nil, fmt.Errorf("--code - reads the script from stdin, so --stdin cannot pass it on: %w", sandbox.ErrInvalid)
+	}
+	var r io.Reader = env.stdin
+	if o.code != "-" {
+		f, err := os.Open(o.code)
+		if err != nil {
+			return nil, fmt.Errorf("--code: %w: %w", err, sandbox.ErrInvalid)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxInlineCode+1))
+	if err != nil {
+		return nil, fmt.Errorf("--code: %w", err)
+	}
+	if len(b) > maxInlineCode {
+		return nil, fmt.Errorf("--code: script over %s; pass it with --input and run it by path: %w", sandbox.FormatSize(maxInlineCode), sandbox.ErrInvalid)
+	}
+	if strings.ContainsRune(string(b), 0) {
+		return nil, fmt.Errorf("--code: script contains a NUL byte: %w", sandbox.ErrInvalid)
+	}
+	return append(append([]string(nil), interp...), string(b)), nil
+}
+
+// inputFile is one --input after checking.
+type inputFile struct{ path, name string }
+
+func parseInputs(specs []string) ([]inputFile, error) {
+	var out []inputFile
+	seen := map[string]bool{}
+	for _, s := range specs {
+		path, name := s, filepath.Base(s)
+		if i := strings.LastIndexByte(s, ':'); i > 0 {
+			path, name = s[:i], s[i+1:]
+		}
+		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") {
+			return nil, fmt.Errorf("--input %q: name %q must be a plain file name (no '/', '..'): %w", s, name, sandbox.ErrInvalid)
+		}
+		for _, r := range name {
+			if r < 0x20 || r == 0x7f {
+				return nil, fmt.Errorf("--input %q: name has a control character: %w", s, sandbox.ErrInvalid)
+			}
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("--input %q: %w: %w", s, err, sandbox.ErrInvalid)
+		}
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("--input %q: not a regular file: %w", s, sandbox.ErrInvalid)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("--input: two files named %q: %w", name, sandbox.ErrInvalid)
+		}
+		seen[name] = true
+		out = append(out, inputFile{path, name})
+	}
+	return out, nil
+}
+
+func runRun(ctx context.Context, env *cliEnv, args []string) int {
+	fail := func(err error) int {
+		fmt.Fprintln(env.stderr, "airlock run:", err)
+		return sandbox.ExitFailed
+	}
+	o, err := parseRun(env, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return fail(err)
+	}
+	inputs, err := parseInputs(o.inputs)
+	if err != nil {
+		return fail(err)
+	}
+	if o.output != "" {
+		if err := os.MkdirAll(o.output, 0o755); err != nil {
+			return fail(fmt.Errorf("--output: %w", err))
+		}
+	}
+	be, err := newBackend(env, o.backend)
+	if err != nil {
+		return fail(err)
+	}
+	res, err := runOnce(ctx, env, be, o, inputs)
+	if err != nil {
+		return fail(err)
+	}
+	if o.json {
+		enc := json.NewEncoder(env.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return fail(err)
+		}
+	} else {
+		reportRun(env, o, res)
+	}
+	return exitStatus(res)
+}
+
+// runOnce creates a sandbox, runs the command, collects artifacts and
+// destroys the sandbox, whatever happens in between.
+func runOnce(ctx context.Context, env *cliEnv, be sandbox.Backend, o *runOptions, inputs []inputFile) (res sandbox.Result, err error) {
+	inst, err := be.Create(ctx, sandbox.Spec{Image: o.image, Policy: o.policy})
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if derr := inst.Destroy(context.Background()); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	for _, in := range inputs {
+		f, err := os.Open(in.path)
+		if err != nil {
+			return res, fmt.Errorf("--input %s: %w", in.path, err)
+		}
+		err = inst.PutInput(ctx, in.name, f)
+		f.Close()
+		if err != nil {
+			return res, err
+		}
+	}
+	req := sandbox.ExecRequest{Cmd: o.cmd}
+	if o.stdin {
+		req.Stdin = env.stdin
+	}
+	if !o.json {
+		req.Stdout, req.Stderr = env.stdout, env.stderr
+	}
+	res, err = inst.Exec(ctx, req)
+	if err != nil {
+		return res, err
+	}
+	res.Artifacts, err = collectArtifacts(ctx, inst, o)
+	return res, err
+}
+
+// reportRun tells, on stderr, what the streamed output cannot show.
+func reportRun(env *cliEnv, o *runOptions, res sandbox.Result) {
+	l := o.policy.Limits
+	say := func(format string, a ...any) { fmt.Fprintf(env.stderr, "airlock: "+format+"\n", a...) }
+	if res.StdoutTruncated {
+		say("stdout truncated at %s", sandbox.FormatSize(l.OutputBytes))
+	}
+	if res.StderrTruncated {
+		say("stderr truncated at %s", sandbox.FormatSize(l.OutputBytes))
+	}
+	if res.TimedOut {
+		say("timed out after %s; everything the command started was killed", l.Timeout)
+	}
+	if res.OOMKilled {
+		say("killed for memory: the cap is %s", sandbox.FormatSize(l.MemoryBytes))
+	}
+	if res.PidsLimitHit {
+		say("a fork failed at the pids cap of %d", l.Pids)
+	}
+	for _, w := range res.Weakened {
+		say("weaker layer on this host: %s", w)
+	}
+	for _, a := range res.Artifacts {
+		if a.Verdict != sandbox.VerdictAccepted {
+			say("artifact %s: %s (%s)", a.Path, a.Verdict, a.Reason)
+		}
+	}
+}
+
+// exitStatus applies the CLI contract.
+func exitStatus(res sandbox.Result) int {
+	switch {
+	case res.TimedOut:
+		return sandbox.ExitTimeout
+	case res.OOMKilled && res.Signal == "SIGKILL":
+		return sandbox.ExitOOM
+	}
+	return res.ExitCode
+}
