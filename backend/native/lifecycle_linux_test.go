@@ -111,12 +111,12 @@ func TestSupervisorKilled(t *testing.T) {
 	if left := hostProcesses(mark); len(left) > 0 {
 		t.Fatalf("sandbox processes outlived their airlock process: %v", left)
 	}
-	stale := leftovers()
+	stale := leftoversOf(cmd.Process.Pid)
 	if len(stale) == 0 {
 		t.Fatal("expected the killed process's cgroups to be left for cleanup")
 	}
 	removed := native.New(native.Options{}).CleanupStale()
-	if left := leftovers(); len(left) > 0 {
+	if left := leftoversOf(cmd.Process.Pid); len(left) > 0 {
 		t.Errorf("after CleanupStale, still left: %v (removed %v)", left, removed)
 	}
 	t.Logf("killed airlock's sandbox died with it; the next start removed %d cgroups", len(removed))

@@ -1,8 +1,10 @@
 package native_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,19 +21,23 @@ func TestMain(m *testing.M) {
 	os.Exit(backendtest.Main(m, leftovers))
 }
 
-// leftovers lists what native sandboxes can leave on the host: init
-// processes and cgroup folders.
-func leftovers() []string {
+// leftovers lists what this process's native sandboxes left on the host:
+// init processes it started and cgroup folders named after it. Other
+// test binaries may run sandboxes at the same time; theirs are not ours.
+func leftovers() []string { return leftoversOf(os.Getpid()) }
+
+// leftoversOf lists the init processes and cgroups of airlock process pid.
+func leftoversOf(pid int) []string {
 	var out []string
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.HasPrefix(string(b), "airlock-sandbox-init") {
+		if err == nil && strings.HasPrefix(string(b), "airlock-sandbox-init") && parentOf(e.Name()) == pid {
 			out = append(out, "process "+e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
 	for _, root := range cgroupRoots() {
-		kids, _ := filepath.Glob(filepath.Join(root, "airlock", "*"))
+		kids, _ := filepath.Glob(filepath.Join(root, "airlock", fmt.Sprintf("%d-*", pid)))
 		for _, k := range kids {
 			if st, err := os.Stat(k); err == nil && st.IsDir() {
 				out = append(out, "cgroup "+k)
@@ -39,6 +45,21 @@ func leftovers() []string {
 		}
 	}
 	return out
+}
+
+// parentOf reads a process's parent pid; 0 if it is gone.
+func parentOf(pid string) int {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
 
 // cgroupRoots lists the mounted cgroup hierarchies.
