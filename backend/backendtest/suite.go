@@ -34,6 +34,9 @@ type Config struct {
 	// point allowed names at servers of their own. Nil skips those tests
 	// with a printed reason.
 	WithEgressHooks func(egress.Hooks) sandbox.Backend
+	// PidsReserve is how many tasks the backend adds to the pids cap for
+	// its own processes inside the sandbox, as it documents.
+	PidsReserve int
 }
 
 //go:embed probes

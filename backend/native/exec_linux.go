@@ -221,7 +221,7 @@ func (i *instance) sandboxLimits(h *hostInfo) *sandboxLimits {
 		perCommand = append(perCommand, fixed(unix.RLIMIT_CPU, secs))
 	}
 	if !has(ctlPids) {
-		rl = append(rl, fixed(unix.RLIMIT_NPROC, uint64(lim.Pids+initTasks)))
+		rl = append(rl, fixed(unix.RLIMIT_NPROC, uint64(lim.Pids+InitTasks)))
 	}
 	l := &sandboxLimits{UID: sandboxUID, GID: sandboxGID, SetGroups: !i.rootless, Rlimits: rl,
 		CommandRlimits: perCommand, OOMScoreAdj: 1000}

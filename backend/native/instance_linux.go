@@ -58,7 +58,7 @@ func (i *instance) ID() string { return i.id }
 func (i *instance) start(ctx context.Context, h *hostInfo, plan []rootEntry) error {
 	if h.cgroupErr == nil {
 		lim := i.policy.Limits
-		cg, err := h.cgroups.create(ownerPrefix()+i.id, cgLimits{memory: lim.MemoryBytes, cpus: lim.CPUs, pids: lim.Pids + initTasks})
+		cg, err := h.cgroups.create(ownerPrefix()+i.id, cgLimits{memory: lim.MemoryBytes, cpus: lim.CPUs, pids: lim.Pids + InitTasks})
 		if err != nil {
 			return err
 		}

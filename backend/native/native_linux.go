@@ -73,10 +73,13 @@ func (b *Backend) CleanupStale() []string {
 	return removed
 }
 
-// initTasks is added to the pids cap for init's own threads (it runs with
+// InitTasks is added to the pids cap for init's own threads (it runs with
 // GOMAXPROCS=1 and has about six), so that the code gets the cap it asked
-// for. At most this many more tasks than asked for can exist.
-const initTasks = 8
+// for. At most this many more tasks than asked for can exist. A command
+// that fills the cap can keep init from starting another command in the
+// same sandbox (init then fails and the sandbox ends); the host is not
+// affected.
+const InitTasks = 8
 
 // The sandbox user inside.
 const (

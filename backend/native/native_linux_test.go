@@ -82,9 +82,10 @@ func TestSuite(t *testing.T) {
 		t.Skip("the native suite runs as root here (CI runs as root); rootless runs are covered by TestRootless")
 	}
 	backendtest.Run(t, backendtest.Config{
-		Backend:   native.New(native.Options{}),
-		Image:     "host",
-		Leftovers: leftovers,
+		Backend:     native.New(native.Options{}),
+		Image:       "host",
+		Leftovers:   leftovers,
+		PidsReserve: native.InitTasks,
 		WithEgressHooks: func(h egress.Hooks) sandbox.Backend {
 			return native.New(native.Options{EgressHooks: h})
 		},
