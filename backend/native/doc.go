@@ -5,14 +5,14 @@
 // and no image: the "host" image binds the host's system folders
 // read-only under a synthesized /etc.
 //
-// Inside, every command runs under a reaper that is pid 1 of the command's
-// own pid namespace, so a timeout or the end of the command kills
-// everything it started, double-forked or not. The supervisor (this
-// process) talks to the sandbox's init over a socket pair; if the
-// supervisor dies, init and every process in the sandbox die with it, and
-// the next Backend removes the cgroups they left.
+// This package is the supervisor's side. The sandbox's side, init (pid 1
+// of the sandbox's namespaces), is package nsinit: it starts every command
+// and, when a command ends, kills whatever it left running. The supervisor
+// talks to init over a socket pair; if the supervisor dies, init and every
+// process in the sandbox die with it, and the next Backend removes the
+// cgroups they left.
 //
-// A program that imports this package serves as its own sandbox helper:
-// the package's init function takes over when the binary is started with
-// the helper markers in argv[0].
+// A program that imports this package serves as its own sandbox init:
+// nsinit's init function takes over when the binary is started with the
+// init marker in argv[0].
 package native

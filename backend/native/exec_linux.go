@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
 	"io"
 	"os"
 	"sort"
@@ -28,7 +29,7 @@ var defaultEnv = map[string]string{
 // the whole sandbox is torn down instead.
 const killGrace = 5 * time.Second
 
-// Exec runs one command under its own reaper and waits for it.
+// Exec asks init to start one command and waits for it to end.
 func (i *instance) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.Result, error) {
 	res := sandbox.Result{ID: i.id, Backend: "native", Weakened: i.weakened,
 		Artifacts: []sandbox.Artifact{}, Egress: []sandbox.EgressEvent{}}
@@ -56,7 +57,7 @@ func (i *instance) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.R
 	}
 	seq := i.seq.Add(1)
 	go p.writeSpec(spec)
-	if err := i.request(ctx, message{Op: opExec, Seq: seq}, p.theirs()...); err != nil {
+	if err := i.request(ctx, nsinit.Message{Op: nsinit.OpExec, Seq: seq}, p.theirs()...); err != nil {
 		return res, fmt.Errorf("start command: %w", err)
 	}
 	p.closeTheirs()
@@ -97,13 +98,13 @@ func (i *instance) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.R
 	return res, waitErr
 }
 
-// killExec asks init to kill the command's reaper, which ends its whole
-// pid namespace, and waits for the pipes to close. If that does not
+// killExec asks init to kill the command and everything it started, and
+// waits for the pipes to close. If that does not
 // happen in time, the sandbox itself is torn down.
 func (i *instance) killExec(seq uint64, done <-chan struct{}) error {
 	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
 	defer cancel()
-	_ = i.request(ctx, message{Op: opKill, Target: seq})
+	_ = i.request(ctx, nsinit.Message{Op: nsinit.OpKill, Target: seq})
 	select {
 	case <-done:
 		return nil
@@ -114,9 +115,9 @@ func (i *instance) killExec(seq uint64, done <-chan struct{}) error {
 	return fmt.Errorf("command did not die after kill; sandbox destroyed: %w", errDead)
 }
 
-// fillResult turns the reaper's report and the cgroup counters into the
+// fillResult turns init's report and the cgroup counters into the
 // Result's status fields.
-func (i *instance) fillResult(res *sandbox.Result, st execStatus, reported bool, before cgStats) {
+func (i *instance) fillResult(res *sandbox.Result, st nsinit.ExecStatus, reported bool, before cgStats) {
 	switch {
 	case res.TimedOut:
 		res.ExitCode = sandbox.ExitTimeout
@@ -149,14 +150,14 @@ func (i *instance) fillResult(res *sandbox.Result, st execStatus, reported bool,
 	res.PidsLimitHit = after.pidsMax > before.pidsMax
 }
 
-// execSpec builds the reaper's instructions and the effective timeout.
-func (i *instance) execSpec(req sandbox.ExecRequest) (execSpec, time.Duration, error) {
+// execSpec builds init's instructions and the effective timeout.
+func (i *instance) execSpec(req sandbox.ExecRequest) (nsinit.ExecSpec, time.Duration, error) {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return execSpec{}, 0, fmt.Errorf("empty command: %w", sandbox.ErrInvalid)
+		return nsinit.ExecSpec{}, 0, fmt.Errorf("empty command: %w", sandbox.ErrInvalid)
 	}
 	for _, a := range req.Cmd {
 		if strings.ContainsRune(a, 0) {
-			return execSpec{}, 0, fmt.Errorf("command argument contains NUL: %w", sandbox.ErrInvalid)
+			return nsinit.ExecSpec{}, 0, fmt.Errorf("command argument contains NUL: %w", sandbox.ErrInvalid)
 		}
 	}
 	env := map[string]string{}
@@ -167,7 +168,7 @@ func (i *instance) execSpec(req sandbox.ExecRequest) (execSpec, time.Duration, e
 	for _, m := range []map[string]string{defaultEnv, proxyEnv, i.policy.Env, req.Env} {
 		for k, v := range m {
 			if err := sandbox.CheckEnv(k, v); err != nil {
-				return execSpec{}, 0, err
+				return nsinit.ExecSpec{}, 0, err
 			}
 			env[k] = v
 		}
@@ -185,33 +186,33 @@ func (i *instance) execSpec(req sandbox.ExecRequest) (execSpec, time.Duration, e
 	if req.Timeout != 0 {
 		timeout = time.Duration(req.Timeout)
 		if timeout < 0 || timeout > 24*time.Hour {
-			return execSpec{}, 0, fmt.Errorf("timeout %v out of range: %w", timeout, sandbox.ErrInvalid)
+			return nsinit.ExecSpec{}, 0, fmt.Errorf("timeout %v out of range: %w", timeout, sandbox.ErrInvalid)
 		}
 	}
 	dir := req.Dir
 	if dir == "" {
-		dir = workspaceDir
+		dir = nsinit.WorkspaceDir
 	}
 	if !strings.HasPrefix(dir, "/") {
-		return execSpec{}, 0, fmt.Errorf("working folder %q must be absolute: %w", dir, sandbox.ErrInvalid)
+		return nsinit.ExecSpec{}, 0, fmt.Errorf("working folder %q must be absolute: %w", dir, sandbox.ErrInvalid)
 	}
-	spec := execSpec{Argv: req.Cmd, Env: envList, Dir: dir}
+	spec := nsinit.ExecSpec{Argv: req.Cmd, Env: envList, Dir: dir}
 	return spec, timeout, nil
 }
 
-// sandboxLimits builds what init applies once and every command inherits:
+// nsinit.Limits builds what init applies once and every command inherits:
 // the sandbox user, rlimits, Landlock. Where a cgroup controller is
-// missing, an rlimit stands in for it (weaker, and reported in
+// missing, an nsinit.Rlimit stands in for it (weaker, and reported in
 // Result.Weakened).
-func (i *instance) sandboxLimits(h *hostInfo) *sandboxLimits {
+func (i *instance) sandboxLimits(h *hostInfo) *nsinit.Limits {
 	lim := i.policy.Limits
-	fixed := func(res int, v uint64) rlimit { return rlimit{Resource: res, Cur: v, Max: v} }
-	rl := []rlimit{
+	fixed := func(res int, v uint64) nsinit.Rlimit { return nsinit.Rlimit{Resource: res, Cur: v, Max: v} }
+	rl := []nsinit.Rlimit{
 		fixed(unix.RLIMIT_CORE, 0),
 		fixed(unix.RLIMIT_NOFILE, uint64(lim.OpenFiles)),
 		fixed(unix.RLIMIT_FSIZE, uint64(lim.DiskBytes)),
 	}
-	var perCommand []rlimit
+	var perCommand []nsinit.Rlimit
 	has := func(ctl string) bool { return i.cg != nil && h.cgroups.ctl[ctl] != nil }
 	if !has(ctlMemory) {
 		perCommand = append(perCommand, fixed(unix.RLIMIT_AS, uint64(lim.MemoryBytes)))
@@ -223,14 +224,14 @@ func (i *instance) sandboxLimits(h *hostInfo) *sandboxLimits {
 	if !has(ctlPids) {
 		rl = append(rl, fixed(unix.RLIMIT_NPROC, uint64(lim.Pids+InitTasks)))
 	}
-	l := &sandboxLimits{UID: sandboxUID, GID: sandboxGID, SetGroups: !i.rootless, Rlimits: rl,
+	l := &nsinit.Limits{UID: sandboxUID, GID: sandboxGID, SetGroups: !i.rootless, Rlimits: rl,
 		CommandRlimits: perCommand, OOMScoreAdj: 1000}
 	if h.landlockABI > 0 {
-		l.Landlock = &llConfig{
+		l.Landlock = &nsinit.LandlockConfig{
 			ABI:      h.landlockABI,
 			ReadOnly: []string{"/"},
-			Writable: []string{"/tmp", outputDir, "/dev/shm", "/dev/mqueue"},
-			Devices:  prefixAll("/dev/", deviceNodes),
+			Writable: []string{"/tmp", nsinit.OutputDir, "/dev/shm", "/dev/mqueue"},
+			Devices:  prefixAll("/dev/", nsinit.DeviceNodes),
 		}
 	}
 	return l
@@ -289,7 +290,7 @@ func passable(f *os.File) bool {
 	return err == nil && (st.Mode().IsRegular() || st.Mode()&os.ModeNamedPipe != 0)
 }
 
-// theirs are the ends that go to the reaper, in its fd order 0-4.
+// theirs are the ends that go to init, in the order of nsinit.OpExec.
 func (p *execPipes) theirs() []*os.File {
 	return []*os.File{p.stdinR, p.stdoutW, p.stderrW, p.statusW, p.specR}
 }
@@ -309,7 +310,7 @@ func (p *execPipes) close() {
 	}
 }
 
-func (p *execPipes) writeSpec(spec execSpec) {
+func (p *execPipes) writeSpec(spec nsinit.ExecSpec) {
 	_ = json.NewEncoder(p.specW).Encode(spec)
 	p.specW.Close()
 }

@@ -2,6 +2,7 @@ package native
 
 import (
 	"fmt"
+	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
 	"os"
 	"os/exec"
 	"runtime"
@@ -36,7 +37,7 @@ func probeHost(cgroupParent string) *hostInfo {
 	h.userNS = userNSUsable(h.root)
 	_, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
 	h.seccomp = err == nil
-	h.landlockABI = landlockABI()
+	h.landlockABI = nsinit.LandlockABI()
 	h.cgroups = detectCgroups(cgroupParent)
 	h.cgroupErr = cgroupsWritable(h.cgroups)
 	return h
@@ -167,7 +168,7 @@ func (h *hostInfo) probeError() error {
 		return fmt.Errorf("native backend: kernel %s lacks the mount API (needs Linux 5.12+): %w", h.kernel, sandbox.ErrUnsupported)
 	case !h.seccomp:
 		return fmt.Errorf("native backend: kernel without seccomp: %w", sandbox.ErrUnsupported)
-	case syscallTable == nil:
+	case !nsinit.SeccompSupported():
 		return fmt.Errorf("native backend: no seccomp allowlist for %s yet (amd64 only): %w", runtime.GOARCH, sandbox.ErrUnsupported)
 	}
 	if _, err := exec.LookPath("/proc/self/exe"); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
 	"io"
 	"net"
 	"os"
@@ -29,20 +30,20 @@ type instance struct {
 	weakened []string
 	rootless bool
 
-	cmd       *exec.Cmd
-	initErr   *capBuffer // init's stderr, for error messages
-	ch        *channel
-	cg        *cgroup       // nil when cgroups are unavailable
-	proxy     *egress.Proxy // nil when the network is off
-	hostRoot  int           // host uid and gid of the sandbox's root; -1 rootless
-	outputDir *os.File
-	inputDir  *os.File      // writable detached mount of /workspace/input
-	dead      chan struct{} // closed when init has been reaped
+	cmd      *exec.Cmd
+	initErr  *capBuffer // init's stderr, for error messages
+	ch       *nsinit.Channel
+	cg       *cgroup       // nil when cgroups are unavailable
+	proxy    *egress.Proxy // nil when the network is off
+	hostRoot int           // host uid and gid of the sandbox's root; -1 rootless
+	outDir   *os.File
+	inMount  *os.File      // writable detached mount of /workspace/input
+	dead     chan struct{} // closed when init has been reaped
 
 	seq     atomic.Uint64
 	mu      sync.Mutex
-	pending map[uint64]chan message
-	gone    error // set once the control channel failed
+	pending map[uint64]chan nsinit.Message
+	gone    error // set once the control nsinit.Channel failed
 
 	destroy    sync.Once
 	destroyErr error
@@ -55,7 +56,7 @@ func (i *instance) ID() string { return i.id }
 
 // start creates the cgroup, starts init in new namespaces, hands it the
 // root plan and waits until the root is built.
-func (i *instance) start(ctx context.Context, h *hostInfo, plan []rootEntry) error {
+func (i *instance) start(ctx context.Context, h *hostInfo, plan []nsinit.RootEntry) error {
 	if h.cgroupErr == nil {
 		lim := i.policy.Limits
 		cg, err := h.cgroups.create(ownerPrefix()+i.id, cgLimits{memory: lim.MemoryBytes, cpus: lim.CPUs, pids: lim.Pids + InitTasks})
@@ -64,7 +65,7 @@ func (i *instance) start(ctx context.Context, h *hostInfo, plan []rootEntry) err
 		}
 		i.cg = cg
 	}
-	ours, theirs, err := socketPair()
+	ours, theirs, err := nsinit.SocketPair()
 	if err != nil {
 		return err
 	}
@@ -84,7 +85,7 @@ func (i *instance) start(ctx context.Context, h *hostInfo, plan []rootEntry) err
 		close(i.dead)
 		return fmt.Errorf("start sandbox init: %w", err)
 	}
-	if i.ch, err = newChannel(ours); err != nil {
+	if i.ch, err = nsinit.NewChannel(ours); err != nil {
 		return err
 	}
 	if i.cg != nil {
@@ -92,34 +93,34 @@ func (i *instance) start(ctx context.Context, h *hostInfo, plan []rootEntry) err
 			return err
 		}
 	}
-	cfg := &initConfig{
-		Hostname: sandboxHostname, Root: plan, UID: sandboxUID, GID: sandboxGID,
+	cfg := &nsinit.Config{
+		Hostname: nsinit.Hostname, Root: plan, UID: sandboxUID, GID: sandboxGID,
 		DiskBytes: i.policy.Limits.DiskBytes, DiskInodes: i.policy.Limits.DiskInodes,
 		Limits: i.sandboxLimits(h),
 	}
 	if i.proxy != nil {
 		cfg.EgressPort = egressPort
 	}
-	if err := i.ch.send(message{Op: opConfig, Config: cfg}); err != nil {
+	if err := i.ch.Send(nsinit.Message{Op: nsinit.OpConfig, Config: cfg}); err != nil {
 		return err
 	}
 	ready := make(chan error, 1)
 	go func() {
-		m, files, err := i.ch.recv()
+		m, files, err := i.ch.Recv()
 		switch {
 		case err != nil:
 			ready <- err
-		case m.Op != opReady:
-			closeAll(files)
+		case m.Op != nsinit.OpReady:
+			nsinit.CloseAll(files)
 			ready <- fmt.Errorf("unexpected %q from init", m.Op)
 		case m.Error != "":
-			closeAll(files)
+			nsinit.CloseAll(files)
 			ready <- errors.New(m.Error)
 		case len(files) != 2 && (i.proxy == nil || len(files) != 3):
-			closeAll(files)
+			nsinit.CloseAll(files)
 			ready <- fmt.Errorf("init passed %d descriptors", len(files))
 		default:
-			i.outputDir, i.inputDir = files[0], files[1]
+			i.outDir, i.inMount = files[0], files[1]
 			ready <- i.serveEgress(files[2:])
 		}
 	}()
@@ -164,8 +165,8 @@ func (i *instance) initStderr() string {
 // readLoop hands each reply from init to the request waiting for it.
 func (i *instance) readLoop() {
 	for {
-		m, files, err := i.ch.recv()
-		closeAll(files)
+		m, files, err := i.ch.Recv()
+		nsinit.CloseAll(files)
 		if err != nil {
 			i.mu.Lock()
 			i.gone = errDead
@@ -186,13 +187,13 @@ func (i *instance) readLoop() {
 	}
 }
 
-// request sends one message to init and waits for its reply.
+// request sends one nsinit.Message to init and waits for its reply.
 // A zero m.Seq gets a fresh number.
-func (i *instance) request(ctx context.Context, m message, files ...*os.File) error {
+func (i *instance) request(ctx context.Context, m nsinit.Message, files ...*os.File) error {
 	if m.Seq == 0 {
 		m.Seq = i.seq.Add(1)
 	}
-	c := make(chan message, 1)
+	c := make(chan nsinit.Message, 1)
 	i.mu.Lock()
 	if i.gone != nil {
 		i.mu.Unlock()
@@ -200,7 +201,7 @@ func (i *instance) request(ctx context.Context, m message, files ...*os.File) er
 	}
 	i.pending[m.Seq] = c
 	i.mu.Unlock()
-	if err := i.ch.send(m, files...); err != nil {
+	if err := i.ch.Send(m, files...); err != nil {
 		i.mu.Lock()
 		delete(i.pending, m.Seq)
 		i.mu.Unlock()
@@ -226,7 +227,7 @@ func (i *instance) PutInput(ctx context.Context, name string, r io.Reader) error
 	if err := checkInputName(name); err != nil {
 		return err
 	}
-	if i.inputDir == nil {
+	if i.inMount == nil {
 		return sandbox.ErrDestroyed
 	}
 	f, err := i.createInput(name)
@@ -238,7 +239,7 @@ func (i *instance) PutInput(ctx context.Context, name string, r io.Reader) error
 		err = cerr
 	}
 	if err != nil {
-		_ = unix.Unlinkat(int(i.inputDir.Fd()), name, 0)
+		_ = unix.Unlinkat(int(i.inMount.Fd()), name, 0)
 		return fmt.Errorf("input %s: %w", name, err)
 	}
 	return nil
@@ -249,7 +250,7 @@ func (i *instance) PutInput(ctx context.Context, name string, r io.Reader) error
 // file is created by a thread whose filesystem ids are the sandbox root's.
 func (i *instance) createInput(name string) (*os.File, error) {
 	open := func() (*os.File, error) {
-		fd, err := unix.Openat2(int(i.inputDir.Fd()), name, &unix.OpenHow{
+		fd, err := unix.Openat2(int(i.inMount.Fd()), name, &unix.OpenHow{
 			Flags:   unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_CLOEXEC,
 			Mode:    0o444,
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
@@ -307,14 +308,14 @@ func checkInputName(name string) error {
 
 // Output opens /workspace/output for the artifact filter.
 func (i *instance) Output(ctx context.Context) (*os.File, error) {
-	if i.outputDir == nil {
+	if i.outDir == nil {
 		return nil, sandbox.ErrDestroyed
 	}
-	fd, err := unix.FcntlInt(i.outputDir.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	fd, err := unix.FcntlInt(i.outDir.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("output folder: %w", err)
 	}
-	return os.NewFile(uintptr(fd), outputDir), nil
+	return os.NewFile(uintptr(fd), nsinit.OutputDir), nil
 }
 
 // Destroy kills init, which takes every process of the sandbox with it,
@@ -325,7 +326,7 @@ func (i *instance) Destroy(ctx context.Context) error {
 			_ = i.cmd.Process.Kill()
 		}
 		if i.ch != nil {
-			i.ch.close()
+			i.ch.Close()
 		}
 		if i.proxy != nil {
 			_ = i.proxy.Close()
@@ -335,7 +336,7 @@ func (i *instance) Destroy(ctx context.Context) error {
 		case <-time.After(waitTimeout):
 			i.destroyErr = fmt.Errorf("sandbox %s: init not reaped after %v", i.id, waitTimeout)
 		}
-		for _, f := range []**os.File{&i.outputDir, &i.inputDir} {
+		for _, f := range []**os.File{&i.outDir, &i.inMount} {
 			if *f != nil {
 				(*f).Close()
 				*f = nil
@@ -396,10 +397,10 @@ func (c *capBuffer) truncated() bool {
 	return c.total > int64(c.buf.Len())
 }
 
-// decodeStatus reads the reaper's report; an empty report means the
-// reaper was killed before it could write one.
-func decodeStatus(b []byte) (execStatus, bool) {
-	var st execStatus
+// decodeStatus reads init's report; an empty report means the command
+// was killed before init could write one (init itself died).
+func decodeStatus(b []byte) (nsinit.ExecStatus, bool) {
+	var st nsinit.ExecStatus
 	if len(bytes.TrimSpace(b)) == 0 {
 		return st, false
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
 	"io"
 	"log/slog"
 	"os"
@@ -115,7 +116,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	}
 	inst := &instance{
 		id: id, backend: b, policy: pol, weakened: weak, rootless: !h.root,
-		pending: map[uint64]chan message{}, dead: make(chan struct{}),
+		pending: map[uint64]chan nsinit.Message{}, dead: make(chan struct{}),
 	}
 	if pol.Network.Enabled() {
 		inst.proxy, err = egress.New(egress.Options{Policy: pol.Network, Logger: b.opts.Logger.With("sandbox", id), Hooks: b.opts.EgressHooks})
@@ -131,7 +132,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	return inst, nil
 }
 
-func (b *Backend) rootPlan(image string) ([]rootEntry, error) {
+func (b *Backend) rootPlan(image string) ([]nsinit.RootEntry, error) {
 	switch {
 	case image == "" || image == "host":
 		return hostPlan(sandboxUID, sandboxGID)
@@ -190,7 +191,7 @@ func hostIDBase() int {
 func initCommand(h *hostInfo, ctrl *os.File, stderr io.Writer, base int) *exec.Cmd {
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe",
-		Args: []string{argInit},
+		Args: []string{nsinit.Arg0},
 		// One P keeps init's thread count small and the same on any host:
 		// its threads count against the sandbox's pids cap.
 		Env:        []string{"GOMAXPROCS=1"},

@@ -1,4 +1,4 @@
-package native
+package nsinit
 
 import (
 	"errors"
@@ -16,47 +16,47 @@ import (
 // restrictions a command runs under, forks the command, and is retired.
 // Init's other threads keep their privileges to serve the supervisor.
 
-// execSpec is one command as the supervisor asks for it.
-type execSpec struct {
+// ExecSpec is one command as the supervisor asks for it.
+type ExecSpec struct {
 	Argv []string `json:"argv"`
 	Env  []string `json:"env"`
 	Dir  string   `json:"dir"`
 }
 
-// sandboxLimits are set once on init and inherited by every command.
-type sandboxLimits struct {
+// Limits are set once on init and inherited by every command.
+type Limits struct {
 	UID       int  `json:"uid"`
 	GID       int  `json:"gid"`
 	SetGroups bool `json:"set_groups"`
 	// Rlimits are set on init and inherited by every command.
-	Rlimits []rlimit `json:"rlimits"`
+	Rlimits []Rlimit `json:"rlimits"`
 	// CommandRlimits would stop init itself (its Go runtime needs more
 	// address space than a small memory cap), so they are set on each
 	// command with prlimit just after it starts.
-	CommandRlimits []rlimit  `json:"command_rlimits,omitempty"`
-	Landlock       *llConfig `json:"landlock,omitempty"`
+	CommandRlimits []Rlimit        `json:"command_rlimits,omitempty"`
+	Landlock       *LandlockConfig `json:"landlock,omitempty"`
 	// OOMScoreAdj is raised for commands so that, under memory pressure on
 	// the host, sandboxed code is killed first.
 	OOMScoreAdj int `json:"oom_score_adj"`
 }
 
-// rlimit is one resource limit.
-type rlimit struct {
+// Rlimit is one resource limit.
+type Rlimit struct {
 	Resource int    `json:"resource"`
 	Cur      uint64 `json:"cur"`
 	Max      uint64 `json:"max"`
 }
 
-// llConfig is the Landlock part of the limits.
-type llConfig struct {
+// LandlockConfig is the Landlock part of the limits.
+type LandlockConfig struct {
 	ABI      int      `json:"abi"`
 	ReadOnly []string `json:"read_only"`
 	Writable []string `json:"writable"`
 	Devices  []string `json:"devices"`
 }
 
-// execStatus is init's one report about a command, on its status pipe.
-type execStatus struct {
+// ExecStatus is init's one report about a command, on its status pipe.
+type ExecStatus struct {
 	// Error is set when the command could not start; ExitCode is then 126
 	// (not executable) or 127 (not found), as a shell would say.
 	Error    string `json:"error,omitempty"`
@@ -69,7 +69,7 @@ type execStatus struct {
 }
 
 // applyLimits sets the sandbox-wide rlimits on init, to be inherited.
-func applyLimits(l *sandboxLimits) error {
+func applyLimits(l *Limits) error {
 	for _, rl := range l.Rlimits {
 		lim := unix.Rlimit{Cur: rl.Cur, Max: rl.Max}
 		if err := unix.Setrlimit(rl.Resource, &lim); err != nil {
@@ -81,7 +81,7 @@ func applyLimits(l *sandboxLimits) error {
 
 // spawn starts one command with stdin, stdout and stderr from files and
 // returns its pid. An error carries the exit code a shell would give.
-func spawn(l *sandboxLimits, spec execSpec, files []uintptr) (int, int, error) {
+func spawn(l *Limits, spec ExecSpec, files []uintptr) (int, int, error) {
 	if len(spec.Argv) == 0 {
 		return 0, 126, errors.New("empty command")
 	}

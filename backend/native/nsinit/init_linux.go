@@ -1,4 +1,4 @@
-package native
+package nsinit
 
 import (
 	"encoding/json"
@@ -27,27 +27,27 @@ func initMain() int {
 	// Descriptors the supervisor inherited without close-on-exec came
 	// along; none of them may reach a command.
 	_ = unix.CloseRange(4, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
-	ch, err := newChannel(os.NewFile(3, "control"))
+	ch, err := NewChannel(os.NewFile(3, "control"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "airlock init:", err)
 		return 1
 	}
-	m, _, err := ch.recv()
-	if err != nil || m.Op != opConfig || m.Config == nil || m.Config.Limits == nil {
+	m, _, err := ch.Recv()
+	if err != nil || m.Op != OpConfig || m.Config == nil || m.Config.Limits == nil {
 		fmt.Fprintln(os.Stderr, "airlock init: no config:", err)
 		return 1
 	}
 	br, err := setupSandbox(m.Config)
 	if err != nil {
-		_ = ch.send(message{Op: opReady, Error: err.Error()})
+		_ = ch.Send(Message{Op: OpReady, Error: err.Error()})
 		return 1
 	}
 	files := []*os.File{br.output, br.input}
 	if br.egress != nil {
 		files = append(files, br.egress)
 	}
-	err = ch.send(message{Op: opReady}, files...)
-	closeAll(files)
+	err = ch.Send(Message{Op: OpReady}, files...)
+	CloseAll(files)
 	if err != nil {
 		return 1
 	}
@@ -58,7 +58,7 @@ func initMain() int {
 }
 
 // setupSandbox does everything that must happen once, before any command.
-func setupSandbox(cfg *initConfig) (builtRoot, error) {
+func setupSandbox(cfg *Config) (builtRoot, error) {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return builtRoot{}, fmt.Errorf("sethostname: %w", err)
 	}
@@ -130,8 +130,8 @@ type command struct {
 
 // initState is init's bookkeeping while it serves requests.
 type initState struct {
-	ch     *channel
-	limits *sandboxLimits
+	ch     *Channel
+	limits *Limits
 
 	// mu orders starting commands against ending them, so that clearing
 	// the leftovers of the last command never hits a command just started.
@@ -142,7 +142,7 @@ type initState struct {
 
 func (in *initState) serve() {
 	for {
-		m, files, err := in.ch.recv()
+		m, files, err := in.ch.Recv()
 		if err != nil {
 			return // the supervisor is gone: end the sandbox
 		}
@@ -150,22 +150,22 @@ func (in *initState) serve() {
 	}
 }
 
-func (in *initState) handle(m message, files []*os.File) {
-	defer closeAll(files)
+func (in *initState) handle(m Message, files []*os.File) {
+	defer CloseAll(files)
 	var err error
 	switch m.Op {
-	case opExec:
+	case OpExec:
 		err = in.exec(m.Seq, files)
-	case opKill:
+	case OpKill:
 		in.kill(m.Target)
 	default:
 		err = fmt.Errorf("unknown request %q", m.Op)
 	}
-	reply := message{Op: opDone, Seq: m.Seq}
+	reply := Message{Op: OpDone, Seq: m.Seq}
 	if err != nil {
 		reply.Error = err.Error()
 	}
-	_ = in.ch.send(reply)
+	_ = in.ch.Send(reply)
 }
 
 // exec starts a command. The five descriptors are its stdin, stdout and
@@ -176,7 +176,7 @@ func (in *initState) exec(seq uint64, files []*os.File) error {
 	if len(files) != 5 {
 		return fmt.Errorf("exec: want 5 descriptors, got %d", len(files))
 	}
-	var spec execSpec
+	var spec ExecSpec
 	if err := json.NewDecoder(io.LimitReader(files[4], 64<<20)).Decode(&spec); err != nil {
 		return fmt.Errorf("exec spec: %w", err)
 	}
@@ -188,14 +188,14 @@ func (in *initState) exec(seq uint64, files []*os.File) error {
 	defer in.mu.Unlock()
 	pid, code, err := spawn(in.limits, spec, []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()})
 	if err != nil {
-		writeStatus(status, execStatus{Error: err.Error(), ExitCode: code})
+		writeStatus(status, ExecStatus{Error: err.Error(), ExitCode: code})
 		return nil
 	}
 	for _, rl := range in.limits.CommandRlimits {
 		lim := unix.Rlimit{Cur: rl.Cur, Max: rl.Max}
 		if err := unix.Prlimit(pid, rl.Resource, &lim, nil); err != nil {
 			_ = unix.Kill(pid, unix.SIGKILL)
-			writeStatus(status, execStatus{Error: fmt.Sprintf("limit %d: %v", rl.Resource, err), ExitCode: 126})
+			writeStatus(status, ExecStatus{Error: fmt.Sprintf("limit %d: %v", rl.Resource, err), ExitCode: 126})
 			return nil
 		}
 	}
@@ -215,7 +215,7 @@ func dupFile(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
-func writeStatus(f *os.File, st execStatus) {
+func writeStatus(f *os.File, st ExecStatus) {
 	b, _ := json.Marshal(st)
 	_, _ = f.Write(b)
 	f.Close()
@@ -259,7 +259,7 @@ func (in *initState) finished(pid int, ws unix.WaitStatus, ru *unix.Rusage) {
 	if !ok {
 		return
 	}
-	st := execStatus{
+	st := ExecStatus{
 		UserMicros: ru.Utime.Sec*1e6 + ru.Utime.Usec,
 		SysMicros:  ru.Stime.Sec*1e6 + ru.Stime.Usec,
 		MaxRSS:     ru.Maxrss * 1024,

@@ -1,9 +1,7 @@
-package native
+package nsinit
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,174 +9,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// The sandbox's root is a fresh tmpfs. Into it go read-only binds of the
-// image's folders, a synthesized /etc, a minimal /dev, a fresh /proc with
-// its sensitive files masked, and the writable folders. The supervisor
-// decides what goes in (rootPlan); init, inside the new namespaces,
-// carries it out (buildRoot).
-
-// Entry kinds of a root plan.
-const (
-	entryDir     = "dir"     // Dst is created as a folder with Mode
-	entryFile    = "file"    // Dst is written with Content and Mode
-	entrySymlink = "symlink" // Dst is a symlink to Target
-	entryBind    = "bind"    // host path Src is bound read-only at Dst
-)
-
-// rootEntry is one step of building the root; Dst is relative to it.
-type rootEntry struct {
-	Kind    string      `json:"kind"`
-	Dst     string      `json:"dst"`
-	Src     string      `json:"src,omitempty"`
-	Target  string      `json:"target,omitempty"`
-	Content string      `json:"content,omitempty"`
-	Mode    fs.FileMode `json:"mode,omitempty"`
-}
-
-// initConfig is everything init needs to build the sandbox.
-type initConfig struct {
-	Hostname   string         `json:"hostname"`
-	Root       []rootEntry    `json:"root"`
-	DiskBytes  int64          `json:"disk_bytes"`
-	DiskInodes int64          `json:"disk_inodes"`
-	UID        int            `json:"uid"`
-	GID        int            `json:"gid"`
-	Limits     *sandboxLimits `json:"limits"`
-	// EgressPort, when set, is where init listens on the sandbox's lo for
-	// the egress proxy; the listening socket goes to the supervisor.
-	EgressPort int `json:"egress_port,omitempty"`
-}
-
-// Inside paths.
-const (
-	sandboxHostname = "airlock"
-	workspaceDir    = "/workspace"
-	inputDir        = "/workspace/input"
-	outputDir       = "/workspace/output"
-)
-
-// hostSystemDirs are the host folders the "host" image binds read-only.
-var hostSystemDirs = []string{"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
-
-// hostEtcAllow lists what the "host" image takes from the host's /etc: the
-// dynamic loader's cache, certificates, fonts, time zone, MIME and
-// protocol tables. Never the rest of /etc (no shadow, ssh, credentials).
-var hostEtcAllow = []string{
-	"ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "fonts",
-	"ssl/certs", "ssl/openssl.cnf", "ca-certificates", "localtime", "timezone",
-	"mime.types", "os-release", "debian_version", "lsb-release", "matplotlibrc",
-	"magic", "magic.mime", "protocols", "services", "gai.conf", "host.conf",
-	"ImageMagick-6", "python3", "python3.11", "python3.12", "python3.13",
-}
-
-// imageReserved are top-level names of an image folder that the sandbox
-// provides itself.
-var imageReserved = map[string]bool{
-	"proc": true, "dev": true, "sys": true, "tmp": true, "workspace": true, "run": true,
-}
-
-// hostPlan builds the root for the "host" image.
-func hostPlan(uid, gid int) ([]rootEntry, error) {
-	var plan []rootEntry
-	for _, d := range hostSystemDirs {
-		e, ok, err := planEntry("/"+d, d)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			plan = append(plan, e)
-		}
-	}
-	plan = append(plan, rootEntry{Kind: entryDir, Dst: "etc", Mode: 0o755})
-	plan = append(plan, synthesizedEtc(uid, gid)...)
-	for _, name := range hostEtcAllow {
-		e, ok, err := planEntry("/etc/"+name, "etc/"+name)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			continue
-		}
-		if dir := filepath.Dir(e.Dst); dir != "etc" {
-			plan = append(plan, rootEntry{Kind: entryDir, Dst: dir, Mode: 0o755})
-		}
-		plan = append(plan, e)
-	}
-	return plan, nil
-}
-
-// dirPlan builds the root for an image folder: every top-level entry but
-// the reserved ones, bound read-only.
-func dirPlan(dir string) ([]rootEntry, error) {
-	st, err := os.Stat(dir)
-	if err != nil {
-		return nil, fmt.Errorf("image folder %s: %w", dir, err)
-	}
-	if !st.IsDir() {
-		return nil, fmt.Errorf("image %s is not a folder", dir)
-	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("image folder %s: %w", dir, err)
-	}
-	var plan []rootEntry
-	for _, de := range ents {
-		if imageReserved[de.Name()] {
-			continue
-		}
-		e, ok, err := planEntry(filepath.Join(dir, de.Name()), de.Name())
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			plan = append(plan, e)
-		}
-	}
-	if len(plan) == 0 {
-		return nil, fmt.Errorf("image folder %s is empty", dir)
-	}
-	return plan, nil
-}
-
-// planEntry turns one host path into a plan entry: a symlink is recreated,
-// a folder or regular file is bound. Missing paths and other kinds are
-// left out.
-func planEntry(src, dst string) (rootEntry, bool, error) {
-	st, err := os.Lstat(src)
-	if errors.Is(err, fs.ErrNotExist) {
-		return rootEntry{}, false, nil
-	}
-	if err != nil {
-		return rootEntry{}, false, err
-	}
-	switch {
-	case st.Mode()&fs.ModeSymlink != 0:
-		t, err := os.Readlink(src)
-		if err != nil {
-			return rootEntry{}, false, err
-		}
-		return rootEntry{Kind: entrySymlink, Dst: dst, Target: t}, true, nil
-	case st.IsDir() || st.Mode().IsRegular():
-		return rootEntry{Kind: entryBind, Dst: dst, Src: src}, true, nil
-	}
-	return rootEntry{}, false, nil
-}
-
-// synthesizedEtc is the minimal /etc the host image gets instead of the
-// host's: the sandbox user, localhost, and name-service order.
-func synthesizedEtc(uid, gid int) []rootEntry {
-	u, g := strconv.Itoa(uid), strconv.Itoa(gid)
-	return []rootEntry{
-		{Kind: entryFile, Dst: "etc/passwd", Mode: 0o644, Content: "root:x:0:0:root:/root:/usr/sbin/nologin\n" +
-			"sandbox:x:" + u + ":" + g + ":sandbox:/tmp:/bin/sh\n" +
-			"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
-		{Kind: entryFile, Dst: "etc/group", Mode: 0o644, Content: "root:x:0:\nsandbox:x:" + g + ":\nnogroup:x:65534:\n"},
-		{Kind: entryFile, Dst: "etc/hosts", Mode: 0o644, Content: "127.0.0.1\tlocalhost " + sandboxHostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
-		{Kind: entryFile, Dst: "etc/hostname", Mode: 0o644, Content: sandboxHostname + "\n"},
-		{Kind: entryFile, Dst: "etc/nsswitch.conf", Mode: 0o644, Content: "passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\nprotocols: files\nservices: files\n"},
-	}
-}
 
 // Files and folders of /proc that reveal or change host state: masked
 // with an empty file or folder, or made read-only.
@@ -188,7 +18,7 @@ var (
 		"config.gz", "vmallocinfo", "sysrq-trigger"}
 	procMaskDirs  = []string{"acpi", "scsi", "asound", "firmware", "driver", "tty"}
 	procReadOnly  = []string{"sys", "irq", "bus", "fs"}
-	deviceNodes   = []string{"null", "zero", "full", "random", "urandom"}
+	DeviceNodes   = []string{"null", "zero", "full", "random", "urandom"}
 	deviceSymlink = [][2]string{{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"},
 		{"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"}}
 )
@@ -206,7 +36,7 @@ type builtRoot struct {
 }
 
 // buildRoot assembles the root described by cfg and pivots into it.
-func buildRoot(cfg *initConfig) (builtRoot, error) {
+func buildRoot(cfg *Config) (builtRoot, error) {
 	var br builtRoot
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return br, fmt.Errorf("make mounts private: %w", err)
@@ -231,7 +61,7 @@ func buildRoot(cfg *initConfig) (builtRoot, error) {
 	if err := buildScratch(cfg, r); err != nil {
 		return br, err
 	}
-	in, err := buildInput(r(strings.TrimPrefix(inputDir, "/")))
+	in, err := buildInput(r(strings.TrimPrefix(InputDir, "/")))
 	if err != nil {
 		return br, err
 	}
@@ -251,25 +81,25 @@ func buildRoot(cfg *initConfig) (builtRoot, error) {
 	if err != nil {
 		return br, fmt.Errorf("make root read-only: %w", err)
 	}
-	br.output, err = os.OpenFile(outputDir, os.O_RDONLY|unix.O_DIRECTORY, 0)
+	br.output, err = os.OpenFile(OutputDir, os.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return br, err
 	}
 	return br, nil
 }
 
-func applyEntry(e rootEntry, dst string) error {
+func applyEntry(e RootEntry, dst string) error {
 	switch e.Kind {
-	case entryDir:
+	case EntryDir:
 		if err := os.MkdirAll(dst, 0o755); err != nil {
 			return err
 		}
 		return os.Chmod(dst, e.Mode)
-	case entryFile:
+	case EntryFile:
 		return os.WriteFile(dst, []byte(e.Content), e.Mode)
-	case entrySymlink:
+	case EntrySymlink:
 		return os.Symlink(e.Target, dst)
-	case entryBind:
+	case EntryBind:
 		if err := mountPointFor(e.Src, dst); err != nil {
 			return err
 		}
@@ -293,7 +123,7 @@ func buildDev(dev string) error {
 	if err := attachMount(fd, dev); err != nil {
 		return err
 	}
-	for _, n := range deviceNodes {
+	for _, n := range DeviceNodes {
 		dst := filepath.Join(dev, n)
 		if err := mountPointFor("/dev/"+n, dst); err != nil {
 			return err
@@ -318,7 +148,7 @@ func buildDev(dev string) error {
 	if err := os.Mkdir(filepath.Join(dev, "shm"), 0o755); err != nil {
 		return err
 	}
-	// POSIX message queues of the sandbox's own IPC namespace; Landlock
+	// POSIX Message queues of the sandbox's own IPC namespace; Landlock
 	// lets commands write only here and in the writable folders.
 	mq := filepath.Join(dev, "mqueue")
 	if err := os.Mkdir(mq, 0o755); err != nil {
@@ -334,7 +164,7 @@ func buildDev(dev string) error {
 // buildScratch makes the one tmpfs that holds all writable space, capped
 // by the disk limit, and binds its parts at /tmp, /workspace/output and
 // /dev/shm.
-func buildScratch(cfg *initConfig, r func(string) string) error {
+func buildScratch(cfg *Config, r func(string) string) error {
 	fd, err := newFS("tmpfs", [][2]string{
 		{"size", strconv.FormatInt(cfg.DiskBytes, 10)},
 		{"nr_inodes", strconv.FormatInt(cfg.DiskInodes, 10)},
@@ -344,7 +174,7 @@ func buildScratch(cfg *initConfig, r func(string) string) error {
 		return err
 	}
 	defer unix.Close(fd)
-	if err := os.MkdirAll(r(strings.TrimPrefix(outputDir, "/")), 0o755); err != nil {
+	if err := os.MkdirAll(r(strings.TrimPrefix(OutputDir, "/")), 0o755); err != nil {
 		return err
 	}
 	parts := []struct {
@@ -352,7 +182,7 @@ func buildScratch(cfg *initConfig, r func(string) string) error {
 		mode     uint32
 	}{
 		{"tmp", "tmp", 0o1777},
-		{"output", strings.TrimPrefix(outputDir, "/"), 0o755},
+		{"output", strings.TrimPrefix(OutputDir, "/"), 0o755},
 		{"shm", "dev/shm", 0o1777},
 	}
 	for _, p := range parts {

@@ -1,6 +1,6 @@
 //go:build linux && !amd64
 
-package native
+package nsinit
 
 // No seccomp table exists yet for this architecture; Probe reports the
 // native backend as unsupported rather than run without the filter.

@@ -1,4 +1,4 @@
-package native
+package nsinit
 
 import (
 	"fmt"
@@ -264,3 +264,7 @@ func tableFrom(lists map[action][]uint32) map[uint32]action {
 	}
 	return t
 }
+
+// SeccompSupported reports whether this architecture has a syscall table;
+// without one the sandbox must not run.
+func SeccompSupported() bool { return syscallTable != nil }

@@ -1,4 +1,4 @@
-package native
+package nsinit
 
 import (
 	"os"
@@ -10,10 +10,10 @@ import (
 // with a marker in argv[0]. The package's init function catches the
 // marker before main runs, so any program that imports this package works
 // as its own sandbox init.
-const argInit = "airlock-sandbox-init"
+const Arg0 = "airlock-sandbox-init"
 
 func init() {
-	if len(os.Args) > 0 && os.Args[0] == argInit {
+	if len(os.Args) > 0 && os.Args[0] == Arg0 {
 		os.Exit(initMain())
 	}
 }

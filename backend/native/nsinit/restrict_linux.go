@@ -1,4 +1,4 @@
-package native
+package nsinit
 
 import (
 	"errors"
@@ -109,8 +109,8 @@ func landlockHandled(abi int) uint64 {
 	return h
 }
 
-// landlockABI asks the kernel which Landlock ABI it offers; 0 means none.
-func landlockABI() int {
+// LandlockABI asks the kernel which Landlock ABI it offers; 0 means none.
+func LandlockABI() int {
 	v, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if e != 0 {
 		return 0

@@ -1,0 +1,43 @@
+package nsinit
+
+import "io/fs"
+
+// Entry kinds of a root plan.
+const (
+	EntryDir     = "dir"     // Dst is created as a folder with Mode
+	EntryFile    = "file"    // Dst is written with Content and Mode
+	EntrySymlink = "symlink" // Dst is a symlink to Target
+	EntryBind    = "bind"    // host path Src is bound read-only at Dst
+)
+
+// RootEntry is one step of building the root; Dst is relative to it.
+type RootEntry struct {
+	Kind    string      `json:"kind"`
+	Dst     string      `json:"dst"`
+	Src     string      `json:"src,omitempty"`
+	Target  string      `json:"target,omitempty"`
+	Content string      `json:"content,omitempty"`
+	Mode    fs.FileMode `json:"mode,omitempty"`
+}
+
+// Config is everything init needs to build the sandbox.
+type Config struct {
+	Hostname   string      `json:"hostname"`
+	Root       []RootEntry `json:"root"`
+	DiskBytes  int64       `json:"disk_bytes"`
+	DiskInodes int64       `json:"disk_inodes"`
+	UID        int         `json:"uid"`
+	GID        int         `json:"gid"`
+	Limits     *Limits     `json:"limits"`
+	// EgressPort, when set, is where init listens on the sandbox's lo for
+	// the egress proxy; the listening socket goes to the supervisor.
+	EgressPort int `json:"egress_port,omitempty"`
+}
+
+// Inside paths.
+const (
+	Hostname     = "airlock"
+	WorkspaceDir = "/workspace"
+	InputDir     = "/workspace/input"
+	OutputDir    = "/workspace/output"
+)
