@@ -1,6 +1,9 @@
 package nsinit
 
-import "io/fs"
+import (
+	"io/fs"
+	"strings"
+)
 
 // Entry kinds of a root plan.
 const (
@@ -41,3 +44,8 @@ const (
 	InputDir     = "/workspace/input"
 	OutputDir    = "/workspace/output"
 )
+
+// join joins clean path parts with a slash. Init uses it instead of
+// path/filepath, whose package initialisation would come before init's
+// own and delay every sandbox start.
+func join(parts ...string) string { return strings.Join(parts, "/") }

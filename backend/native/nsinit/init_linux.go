@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +41,11 @@ func initMain() int {
 		_ = ch.Send(Message{Op: OpReady, Error: err.Error()})
 		return 1
 	}
+	sp, err := newSpawner(m.Config.Limits)
+	if err != nil {
+		_ = ch.Send(Message{Op: OpReady, Error: err.Error()})
+		return 1
+	}
 	files := []*os.File{br.output, br.input}
 	if br.egress != nil {
 		files = append(files, br.egress)
@@ -51,7 +55,7 @@ func initMain() int {
 	if err != nil {
 		return 1
 	}
-	in := &initState{ch: ch, limits: m.Config.Limits, running: map[int]*command{}, bySeq: map[uint64]*command{}}
+	in := &initState{ch: ch, limits: m.Config.Limits, spawner: sp, running: map[int]*command{}, bySeq: map[uint64]*command{}}
 	go in.reapLoop()
 	in.serve()
 	return 0
@@ -130,8 +134,9 @@ type command struct {
 
 // initState is init's bookkeeping while it serves requests.
 type initState struct {
-	ch     *Channel
-	limits *Limits
+	ch      *Channel
+	limits  *Limits
+	spawner *spawner
 
 	// mu orders starting commands against ending them, so that clearing
 	// the leftovers of the last command never hits a command just started.
@@ -186,7 +191,7 @@ func (in *initState) exec(seq uint64, files []*os.File) error {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	pid, code, err := spawn(in.limits, spec, []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()})
+	pid, code, err := in.spawner.spawn(spec, []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()})
 	if err != nil {
 		writeStatus(status, ExecStatus{Error: err.Error(), ExitCode: code})
 		return nil
@@ -316,7 +321,7 @@ func descendants(root int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		b, err := os.ReadFile(join("/proc", e.Name(), "stat"))
 		if err != nil {
 			continue
 		}

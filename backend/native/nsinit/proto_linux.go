@@ -22,7 +22,7 @@ const (
 	OpReady  = "ready"  // init -> supervisor: root built; fds: output dir
 	opPut    = "put"    // supervisor -> init: store an input file; fds: source
 	OpExec   = "exec"   // supervisor -> init: start a command; fds: stdin, stdout, stderr, status, spec
-	OpKill   = "kill"   // supervisor -> init: kill the reaper of exec Target
+	OpKill   = "kill"   // supervisor -> init: kill exec Target and what it started
 	OpDone   = "done"   // init -> supervisor: request Seq finished
 )
 

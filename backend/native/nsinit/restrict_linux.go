@@ -14,7 +14,7 @@ import (
 type restrictions struct {
 	uid, gid  int
 	setGroups bool // false where setgroups is denied (rootless)
-	landlock  *landlockRules
+	ruleset   int  // a Landlock ruleset to enforce, or -1
 	seccomp   []unix.SockFilter
 }
 
@@ -55,9 +55,9 @@ func restrictThread(r restrictions) error {
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("clear capabilities: %w", err)
 	}
-	if r.landlock != nil {
-		if err := r.landlock.restrictSelf(); err != nil {
-			return err
+	if r.ruleset >= 0 {
+		if _, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(r.ruleset), 0, 0); e != 0 {
+			return fmt.Errorf("landlock: restrict self: %w", e)
 		}
 	}
 	return installSeccomp(r.seccomp)
@@ -118,47 +118,38 @@ func LandlockABI() int {
 	return int(v)
 }
 
-// landlockRules describes the sandbox's filesystem view for Landlock:
-// everything may be read, only the writable folders written.
-type landlockRules struct {
-	abi      int
-	readOnly []string
-	writable []string
-	devices  []string
-}
-
 // rulesetAttr mirrors struct landlock_ruleset_attr up to the scoped field.
 type rulesetAttr struct {
 	handledFS, handledNet, scoped uint64
 }
 
-// restrictSelf builds the ruleset and enforces it on the calling thread.
-func (l *landlockRules) restrictSelf() error {
-	handled := landlockHandled(l.abi)
+// buildRuleset makes the sandbox's Landlock ruleset once: everything may
+// be read and executed, only the writable folders written. Every command
+// then enforces the same ruleset on its thread. The descriptor is
+// close-on-exec.
+func buildRuleset(c *LandlockConfig) (int, error) {
+	handled := landlockHandled(c.ABI)
 	attr := rulesetAttr{handledFS: handled}
-	if l.abi >= 6 {
+	if c.ABI >= 6 {
 		attr.scoped = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | unix.LANDLOCK_SCOPE_SIGNAL
 	}
 	fd, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
 	if e != 0 {
-		return fmt.Errorf("landlock: create ruleset: %w", e)
+		return -1, fmt.Errorf("landlock: create ruleset: %w", e)
 	}
-	defer unix.Close(int(fd))
 	groups := []struct {
 		paths  []string
 		access uint64
-	}{{l.readOnly, llReadOnly}, {l.writable, llWritable}, {l.devices, llDevice}}
+	}{{c.ReadOnly, llReadOnly}, {c.Writable, llWritable}, {c.Devices, llDevice}}
 	for _, g := range groups {
 		for _, p := range g.paths {
 			if err := addLandlockRule(int(fd), p, g.access&handled); err != nil {
-				return err
+				unix.Close(int(fd))
+				return -1, err
 			}
 		}
 	}
-	if _, _, e := unix.RawSyscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); e != 0 {
-		return fmt.Errorf("landlock: restrict self: %w", e)
-	}
-	return nil
+	return int(fd), nil
 }
 
 func addLandlockRule(ruleset int, path string, access uint64) error {

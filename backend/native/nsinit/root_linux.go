@@ -3,7 +3,6 @@ package nsinit
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -49,7 +48,7 @@ func buildRoot(cfg *Config) (builtRoot, error) {
 	if err := attachMount(rootFD, newRootBase); err != nil {
 		return br, err
 	}
-	r := func(p string) string { return filepath.Join(newRootBase, p) }
+	r := func(p string) string { return join(newRootBase, p) }
 	for _, e := range cfg.Root {
 		if err := applyEntry(e, r(e.Dst)); err != nil {
 			return br, fmt.Errorf("root entry %s %s: %w", e.Kind, e.Dst, err)
@@ -124,7 +123,7 @@ func buildDev(dev string) error {
 		return err
 	}
 	for _, n := range DeviceNodes {
-		dst := filepath.Join(dev, n)
+		dst := join(dev, n)
 		if err := mountPointFor("/dev/"+n, dst); err != nil {
 			return err
 		}
@@ -141,16 +140,16 @@ func buildDev(dev string) error {
 		}
 	}
 	for _, l := range deviceSymlink {
-		if err := os.Symlink(l[1], filepath.Join(dev, l[0])); err != nil {
+		if err := os.Symlink(l[1], join(dev, l[0])); err != nil {
 			return err
 		}
 	}
-	if err := os.Mkdir(filepath.Join(dev, "shm"), 0o755); err != nil {
+	if err := os.Mkdir(join(dev, "shm"), 0o755); err != nil {
 		return err
 	}
 	// POSIX Message queues of the sandbox's own IPC namespace; Landlock
 	// lets commands write only here and in the writable folders.
-	mq := filepath.Join(dev, "mqueue")
+	mq := join(dev, "mqueue")
 	if err := os.Mkdir(mq, 0o755); err != nil {
 		return err
 	}
@@ -250,7 +249,7 @@ func buildProc(dst, null string) error {
 		return err
 	}
 	for _, name := range procMaskFiles {
-		p := filepath.Join(dst, name)
+		p := join(dst, name)
 		if _, err := os.Lstat(p); err != nil {
 			continue
 		}
@@ -267,7 +266,7 @@ func buildProc(dst, null string) error {
 		}
 	}
 	for _, name := range procMaskDirs {
-		p := filepath.Join(dst, name)
+		p := join(dst, name)
 		if st, err := os.Lstat(p); err != nil || !st.IsDir() {
 			continue
 		}
@@ -281,7 +280,7 @@ func buildProc(dst, null string) error {
 		}
 	}
 	for _, name := range procReadOnly {
-		p := filepath.Join(dst, name)
+		p := join(dst, name)
 		if _, err := os.Lstat(p); err != nil {
 			continue
 		}

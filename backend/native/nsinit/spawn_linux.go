@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -79,19 +78,37 @@ func applyLimits(l *Limits) error {
 	return nil
 }
 
+// spawner holds what every command of the sandbox is started with,
+// prepared once.
+type spawner struct {
+	limits  *Limits
+	filter  []unix.SockFilter
+	ruleset int // Landlock ruleset, or -1
+}
+
+func newSpawner(l *Limits) (*spawner, error) {
+	filter, err := buildFilter(seccompArch, syscallTable, x32Bit)
+	if err != nil {
+		return nil, err
+	}
+	sp := &spawner{limits: l, filter: filter, ruleset: -1}
+	if l.Landlock != nil {
+		if sp.ruleset, err = buildRuleset(l.Landlock); err != nil {
+			return nil, err
+		}
+	}
+	return sp, nil
+}
+
 // spawn starts one command with stdin, stdout and stderr from files and
 // returns its pid. An error carries the exit code a shell would give.
-func spawn(l *Limits, spec ExecSpec, files []uintptr) (int, int, error) {
+func (sp *spawner) spawn(spec ExecSpec, files []uintptr) (int, int, error) {
 	if len(spec.Argv) == 0 {
 		return 0, 126, errors.New("empty command")
 	}
 	path, code, err := lookPath(spec.Argv[0], spec.Env)
 	if err != nil {
 		return 0, code, err
-	}
-	filter, err := buildFilter(seccompArch, syscallTable, x32Bit)
-	if err != nil {
-		return 0, 126, err
 	}
 	type result struct {
 		pid int
@@ -100,10 +117,8 @@ func spawn(l *Limits, spec ExecSpec, files []uintptr) (int, int, error) {
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
-		r := restrictions{uid: l.UID, gid: l.GID, setGroups: l.SetGroups, seccomp: filter}
-		if c := l.Landlock; c != nil {
-			r.landlock = &landlockRules{abi: c.ABI, readOnly: c.ReadOnly, writable: c.Writable, devices: c.Devices}
-		}
+		l := sp.limits
+		r := restrictions{uid: l.UID, gid: l.GID, setGroups: l.SetGroups, seccomp: sp.filter, ruleset: sp.ruleset}
 		if err := restrictThread(r); err != nil {
 			done <- result{err: err}
 			return
@@ -135,11 +150,11 @@ func lookPath(name string, env []string) (string, int, error) {
 		}
 	}
 	denied := false
-	for _, dir := range filepath.SplitList(path) {
+	for _, dir := range strings.Split(path, ":") {
 		if dir == "" {
 			dir = "."
 		}
-		p := filepath.Join(dir, name)
+		p := join(dir, name)
 		st, err := os.Stat(p)
 		if err != nil || st.IsDir() {
 			continue
