@@ -14,9 +14,14 @@ import (
 )
 
 // Main runs a backend's tests, then checks that nothing was left behind:
-// no process the tests started, no mount, no temp folder named airlock, no
-// open descriptor, no goroutine, and nothing the backend's own leftovers
-// function reports. Use it from TestMain.
+// no process the tests started, no open descriptor, no goroutine, no new
+// mount or temp folder named after this process, and nothing the
+// backend's own leftovers function reports. Use it from TestMain.
+//
+// Other test binaries run at the same time (go test runs packages in
+// parallel), so host-wide state is judged by name: a backend names the
+// mounts and folders it makes on the host with its owner prefix
+// "PID-STARTTIME-", and only those with this process's PID count here.
 func Main(m *testing.M, leftovers func() []string) int {
 	before := takeSnapshot()
 	code := m.Run()
@@ -64,13 +69,14 @@ func checkLeaks(before snapshot, leftovers func() []string) []string {
 				problems = append(problems, fmt.Sprintf("descriptor %s -> %s", fd, target))
 			}
 		}
+		mine := fmt.Sprintf("/%d-", os.Getpid())
 		for m := range mountSet() {
-			if !before.mounts[m] {
+			if !before.mounts[m] && strings.Contains(m, mine) {
 				problems = append(problems, "mount "+m)
 			}
 		}
 		for tmp := range tempSet() {
-			if !before.temps[tmp] {
+			if !before.temps[tmp] && strings.Contains("/"+tmp, mine) {
 				problems = append(problems, "temp folder "+tmp)
 			}
 		}
@@ -116,14 +122,12 @@ func mountSet() map[string]bool {
 	return out
 }
 
-// tempSet lists temp folder entries that airlock could have made.
+// tempSet lists the temp folder's entries.
 func tempSet() map[string]bool {
 	out := map[string]bool{}
 	ents, _ := os.ReadDir(os.TempDir())
 	for _, e := range ents {
-		if strings.Contains(strings.ToLower(e.Name()), "airlock") {
-			out[e.Name()] = true
-		}
+		out[e.Name()] = true
 	}
 	return out
 }

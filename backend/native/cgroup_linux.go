@@ -19,13 +19,12 @@ import (
 // hierarchy offers it, else from its v1 hierarchy, so pure v2, pure v1 and
 // hybrid hosts all work.
 
-// Controllers the sandbox uses. cpuacct exists only in v1; v2 counts CPU
-// time in the cpu controller.
+// Controllers the sandbox uses. CPU time comes from the cpu controller on
+// v2 and from the commands' rusage on v1, which saves a cpuacct cgroup.
 const (
-	ctlMemory  = "memory"
-	ctlCPU     = "cpu"
-	ctlCPUAcct = "cpuacct"
-	ctlPids    = "pids"
+	ctlMemory = "memory"
+	ctlCPU    = "cpu"
+	ctlPids   = "pids"
 )
 
 // hierarchy is one mounted cgroup tree.
@@ -74,7 +73,7 @@ func detectCgroups(parent string) *cgroupHost {
 		case "cgroup":
 			for _, o := range strings.Split(super, ",") {
 				switch o {
-				case ctlMemory, ctlCPU, ctlCPUAcct, ctlPids:
+				case ctlMemory, ctlCPU, ctlPids:
 					if v1[o] == nil {
 						v1[o] = &hierarchy{mount: mnt}
 					}
@@ -91,7 +90,7 @@ func detectCgroups(parent string) *cgroupHost {
 		}
 	}
 	for c, hy := range v1 {
-		if h.ctl[c] == nil && !(c == ctlCPUAcct && h.ctl[ctlCPU] != nil && h.ctl[ctlCPU].v2) {
+		if h.ctl[c] == nil {
 			h.ctl[c] = hy
 		}
 	}
@@ -114,7 +113,7 @@ func (h *cgroupHost) describe(c string) (string, bool) {
 func (h *cgroupHost) hierarchies() []*hierarchy {
 	var out []*hierarchy
 	seen := map[*hierarchy]bool{}
-	for _, c := range []string{ctlMemory, ctlCPU, ctlCPUAcct, ctlPids} {
+	for _, c := range []string{ctlMemory, ctlCPU, ctlPids} {
 		if hy := h.ctl[c]; hy != nil && !seen[hy] {
 			seen[hy] = true
 			out = append(out, hy)
@@ -161,9 +160,9 @@ func processStart(pid int) uint64 {
 	return v
 }
 
-// create makes the sandbox's cgroup in every hierarchy and writes the
-// limits. A missing controller is left out; the caller reports it.
-func (h *cgroupHost) create(name string, lim cgLimits) (*cgroup, error) {
+// create makes the sandbox's cgroup in every hierarchy; setLimits writes
+// the limits. A missing controller is left out; the caller reports it.
+func (h *cgroupHost) create(name string) (*cgroup, error) {
 	cg := &cgroup{host: h, dirs: map[*hierarchy]string{}}
 	for _, hy := range h.hierarchies() {
 		dir, err := h.mkdir(hy, name)
@@ -172,10 +171,6 @@ func (h *cgroupHost) create(name string, lim cgLimits) (*cgroup, error) {
 			return nil, err
 		}
 		cg.dirs[hy] = dir
-	}
-	if err := cg.setLimits(lim); err != nil {
-		cg.remove()
-		return nil, err
 	}
 	return cg, nil
 }
@@ -354,8 +349,6 @@ func (cg *cgroup) stats() cgStats {
 		d, _ := cg.dir(ctlCPU)
 		s.cpuNanos = keyedValue(filepath.Join(d, "cpu.stat"), "usage_usec") * 1000
 		s.hasCPU = true
-	} else if d, ok := cg.dir(ctlCPUAcct); ok {
-		s.cpuNanos, s.hasCPU = intFile(filepath.Join(d, "cpuacct.usage"))
 	}
 	return s
 }

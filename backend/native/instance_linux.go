@@ -54,12 +54,20 @@ var _ sandbox.Instance = (*instance)(nil)
 // ID is the sandbox's id.
 func (i *instance) ID() string { return i.id }
 
-// start creates the cgroup, starts init in new namespaces, hands it the
-// root plan and waits until the root is built.
-func (i *instance) start(ctx context.Context, h *hostInfo, plan []nsinit.RootEntry) error {
+// boot creates the cgroup and starts init in new namespaces; init then
+// waits for its config. A booted instance may wait in the backend's pool.
+func (b *Backend) boot(h *hostInfo) (*instance, error) {
+	i := &instance{backend: b, rootless: !h.root, pending: map[uint64]chan nsinit.Message{}, dead: make(chan struct{})}
+	if err := i.bootInit(h); err != nil {
+		_ = i.Destroy(context.Background())
+		return nil, err
+	}
+	return i, nil
+}
+
+func (i *instance) bootInit(h *hostInfo) error {
 	if h.cgroupErr == nil {
-		lim := i.policy.Limits
-		cg, err := h.cgroups.create(ownerPrefix()+i.id, cgLimits{memory: lim.MemoryBytes, cpus: lim.CPUs, pids: lim.Pids + InitTasks})
+		cg, err := h.cgroups.create(ownerPrefix() + newID())
 		if err != nil {
 			return err
 		}
@@ -89,7 +97,17 @@ func (i *instance) start(ctx context.Context, h *hostInfo, plan []nsinit.RootEnt
 		return err
 	}
 	if i.cg != nil {
-		if err := i.cg.addProc(i.cmd.Process.Pid); err != nil {
+		return i.cg.addProc(i.cmd.Process.Pid)
+	}
+	return nil
+}
+
+// configure sets the policy's cgroup limits, hands init its root plan and
+// limits, and waits until the root is built.
+func (i *instance) configure(ctx context.Context, h *hostInfo, plan []nsinit.RootEntry) error {
+	if i.cg != nil {
+		lim := i.policy.Limits
+		if err := i.cg.setLimits(cgLimits{memory: lim.MemoryBytes, cpus: lim.CPUs, pids: lim.Pids + InitTasks}); err != nil {
 			return err
 		}
 	}
@@ -124,6 +142,7 @@ func (i *instance) start(ctx context.Context, h *hostInfo, plan []nsinit.RootEnt
 			ready <- i.serveEgress(files[2:])
 		}
 	}()
+	var err error
 	select {
 	case err = <-ready:
 	case <-ctx.Done():

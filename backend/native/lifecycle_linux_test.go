@@ -230,3 +230,47 @@ func TestRootless(t *testing.T) {
 		t.Errorf("rootless child reported %d checks, want 7:\n%s", n, out)
 	}
 }
+
+// TestPrestart runs sandboxes from a backend that keeps one started
+// ahead: each must be a fresh sandbox, and Close must leave nothing.
+func TestPrestart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the native backend's full form needs root (CI runs as root)")
+	}
+	be := native.New(native.Options{Prestart: 1})
+	p, _ := sandbox.Policy{Limits: sandbox.Limits{MemoryBytes: 64 << 20}}.Normalize()
+	ctx := context.Background()
+	ids := map[string]bool{}
+	for k := range 4 {
+		inst, err := be.Create(ctx, sandbox.Spec{Image: "host", Policy: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := inst.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"sh", "-c",
+			"ls /tmp | wc -l; echo x > /tmp/mark; cat /proc/self/cgroup | head -1 | wc -c >/dev/null; python3 -c 'x = bytearray(96 << 20)'"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// a fresh /tmp each time, and the policy's memory cap in force
+		if !strings.HasPrefix(res.Stdout, "0\n") || !res.OOMKilled {
+			t.Errorf("sandbox %d: stdout %q oom_killed %v (stderr %q)", k, res.Stdout, res.OOMKilled, res.Stderr)
+		}
+		ids[inst.ID()] = true
+		if err := inst.Destroy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // let the pool refill
+	}
+	if len(ids) != 4 {
+		t.Errorf("ids %v", ids)
+	}
+	if left := leftovers(); len(left) == 0 {
+		t.Errorf("expected the prestarted sandbox to be waiting")
+	}
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := leftovers(); len(left) > 0 {
+		t.Errorf("after Close, left behind: %v", left)
+	}
+}

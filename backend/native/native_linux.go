@@ -29,6 +29,14 @@ type Backend struct {
 	hostOnce sync.Once
 	host     *hostInfo
 	cleaned  sync.Once
+
+	// The pool of prestarted sandboxes (Options.Prestart).
+	poolOnce  sync.Once
+	pool      chan *instance
+	refill    chan struct{}
+	closing   chan struct{}
+	closeOnce sync.Once
+	filler    sync.WaitGroup
 }
 
 var _ sandbox.Backend = (*Backend)(nil)
@@ -41,7 +49,7 @@ func New(opts Options) *Backend {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{opts: opts}
+	return &Backend{opts: opts, closing: make(chan struct{})}
 }
 
 // Name is "native".
@@ -82,6 +90,79 @@ func (b *Backend) CleanupStale() []string {
 // affected.
 const InitTasks = 8
 
+// booted returns a booted instance: a prestarted one when the pool has
+// one (and asks for a replacement), else a fresh one.
+func (b *Backend) booted(h *hostInfo) (*instance, error) {
+	if b.opts.Prestart <= 0 {
+		return b.boot(h)
+	}
+	b.poolOnce.Do(func() {
+		b.pool = make(chan *instance, b.opts.Prestart)
+		b.refill = make(chan struct{}, 1)
+		b.filler.Add(1)
+		go b.fill(h)
+	})
+	defer func() {
+		select {
+		case b.refill <- struct{}{}:
+		default:
+		}
+	}()
+	for {
+		select {
+		case i := <-b.pool:
+			select {
+			case <-i.dead: // its init died while it waited
+				_ = i.Destroy(context.Background())
+				continue
+			default:
+				return i, nil
+			}
+		default:
+			return b.boot(h)
+		}
+	}
+}
+
+// fill keeps the pool full until Close.
+func (b *Backend) fill(h *hostInfo) {
+	defer b.filler.Done()
+	for {
+		for len(b.pool) < cap(b.pool) {
+			i, err := b.boot(h)
+			if err != nil {
+				b.opts.Logger.Warn("prestarting a sandbox failed", "err", err)
+				break
+			}
+			select {
+			case b.pool <- i:
+			case <-b.closing:
+				_ = i.Destroy(context.Background())
+				return
+			}
+		}
+		select {
+		case <-b.refill:
+		case <-b.closing:
+			return
+		}
+	}
+}
+
+// Close destroys the prestarted sandboxes and stops prestarting more.
+// Sandboxes already handed out by Create are not touched.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() { close(b.closing) })
+	b.filler.Wait()
+	var errs []error
+	if b.pool != nil {
+		for len(b.pool) > 0 {
+			errs = append(errs, (<-b.pool).Destroy(context.Background()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // The sandbox user inside.
 const (
 	sandboxUID = 1000
@@ -114,17 +195,19 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	} else if err := checkID(id); err != nil {
 		return nil, err
 	}
-	inst := &instance{
-		id: id, backend: b, policy: pol, weakened: weak, rootless: !h.root,
-		pending: map[uint64]chan nsinit.Message{}, dead: make(chan struct{}),
+	inst, err := b.booted(h)
+	if err != nil {
+		return nil, err
 	}
+	inst.id, inst.policy, inst.weakened = id, pol, weak
 	if pol.Network.Enabled() {
 		inst.proxy, err = egress.New(egress.Options{Policy: pol.Network, Logger: b.opts.Logger.With("sandbox", id), Hooks: b.opts.EgressHooks})
 		if err != nil {
+			_ = inst.Destroy(context.Background())
 			return nil, err
 		}
 	}
-	if err := inst.start(ctx, h, plan); err != nil {
+	if err := inst.configure(ctx, h, plan); err != nil {
 		_ = inst.Destroy(context.Background())
 		return nil, err
 	}

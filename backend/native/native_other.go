@@ -38,3 +38,6 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 
 // CleanupStale has nothing to clean here.
 func (b *Backend) CleanupStale() []string { return nil }
+
+// Close has nothing to stop here.
+func (b *Backend) Close() error { return nil }

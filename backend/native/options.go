@@ -16,6 +16,12 @@ type Options struct {
 	Images ImageResolver
 	// Logger receives lifecycle events; nil discards them.
 	Logger *slog.Logger
+	// Prestart keeps this many sandboxes started ahead: namespaces made,
+	// init running in its cgroup and waiting for its config, so that
+	// Create only builds the root. 0 (the default) starts each sandbox on
+	// demand, which suits a one-shot run; a long-lived process (a server)
+	// sets 1 or more and calls Close when done.
+	Prestart int
 	// EgressHooks replace the egress proxy's lookups and dials. They are
 	// for tests; no policy can set them.
 	EgressHooks egress.Hooks

@@ -221,6 +221,16 @@ func (g *Group) Procs() ([]int, error) {
 	return out, nil
 }
 
+// Tasks is the number of tasks the pids controller counts, zombies not
+// yet reaped included; false without the pids controller.
+func (g *Group) Tasks() (int64, bool) {
+	d, ok := g.dirs[pids]
+	if !ok {
+		return 0, false
+	}
+	return number(filepath.Join(d, "pids.current"))
+}
+
 // Describe says where each controller was found, for diagnostics.
 func (g *Group) Describe() string {
 	var parts []string

@@ -2,6 +2,8 @@ package hostdir
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -225,6 +227,27 @@ func Stale(base string) []string {
 		}
 	}
 	return removed
+}
+
+// NewID returns a fresh random sandbox id.
+func NewID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// CheckID accepts ids that are safe in folder and container names: 1 to
+// 64 letters, digits, '_' and '.'. Errors wrap sandbox.ErrInvalid.
+func CheckID(id string) error {
+	if len(id) == 0 || len(id) > 64 {
+		return fmt.Errorf("sandbox id %q: 1 to 64 characters: %w", id, sandbox.ErrInvalid)
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.') {
+			return fmt.Errorf("sandbox id %q: only letters, digits, '_' and '.': %w", id, sandbox.ErrInvalid)
+		}
+	}
+	return nil
 }
 
 // Owner names this process as "PID-STARTTIME", so that a later airlock can

@@ -56,7 +56,11 @@ func initMain() int {
 		return 1
 	}
 	in := &initState{ch: ch, limits: m.Config.Limits, spawner: sp, running: map[int]*command{}, bySeq: map[uint64]*command{}}
-	go in.reapLoop()
+	// Ask for SIGCHLD before the first command can start: a child that
+	// ends before anyone listens would stay a zombie, unreaped.
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, unix.SIGCHLD)
+	go in.reapLoop(sigchld)
 	in.serve()
 	return 0
 }
@@ -228,9 +232,7 @@ func writeStatus(f *os.File, st ExecStatus) {
 
 // reapLoop reaps every child of init: commands, and whatever they left
 // behind, which the kernel hands to pid 1.
-func (in *initState) reapLoop() {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, unix.SIGCHLD)
+func (in *initState) reapLoop(sig <-chan os.Signal) {
 	for range sig {
 		for {
 			var ws unix.WaitStatus
