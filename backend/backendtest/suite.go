@@ -34,6 +34,9 @@ type Config struct {
 	// point allowed names at servers of their own. Nil skips those tests
 	// with a printed reason.
 	WithEgressHooks func(egress.Hooks) sandbox.Backend
+	// DataImage names the built data-work image (package image's
+	// "python") the backend can run; empty skips that test, saying so.
+	DataImage string
 	// PidsReserve is how many tasks the backend adds to the pids cap for
 	// its own processes inside the sandbox, as it documents.
 	PidsReserve int
@@ -50,6 +53,7 @@ func Run(t *testing.T, c Config) {
 	s := &suite{Config: c}
 	t.Run("conformance", s.conformance)
 	t.Run("security", s.security)
+	t.Run("data image", s.testDataImage)
 }
 
 // suite holds the config and helpers shared by the tests.

@@ -165,7 +165,7 @@ func (i *instance) execSpec(req sandbox.ExecRequest) (nsinit.ExecSpec, time.Dura
 	if i.proxy != nil {
 		proxyEnv = egress.Env(fmt.Sprintf("127.0.0.1:%d", egressPort))
 	}
-	for _, m := range []map[string]string{defaultEnv, proxyEnv, i.policy.Env, req.Env} {
+	for _, m := range []map[string]string{defaultEnv, i.imageEnv, proxyEnv, i.policy.Env, req.Env} {
 		for k, v := range m {
 			if err := sandbox.CheckEnv(k, v); err != nil {
 				return nsinit.ExecSpec{}, 0, err

@@ -29,6 +29,7 @@ type instance struct {
 	policy   sandbox.Policy
 	weakened []string
 	rootless bool
+	imageEnv map[string]string // the image's own environment
 
 	cmd      *exec.Cmd
 	initErr  *capBuffer // init's stderr, for error messages

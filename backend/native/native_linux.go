@@ -184,7 +184,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	if pol.Strict && len(weak) > 0 {
 		return nil, fmt.Errorf("strict policy, but this host can only give weaker layers: %s: %w", strings.Join(weak, "; "), sandbox.ErrUnsupported)
 	}
-	plan, err := b.rootPlan(spec.Image)
+	plan, imageEnv, err := b.rootPlan(spec.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +199,7 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	if err != nil {
 		return nil, err
 	}
-	inst.id, inst.policy, inst.weakened = id, pol, weak
+	inst.id, inst.policy, inst.weakened, inst.imageEnv = id, pol, weak, imageEnv
 	if pol.Network.Enabled() {
 		inst.proxy, err = egress.New(egress.Options{Policy: pol.Network, Logger: b.opts.Logger.With("sandbox", id), Hooks: b.opts.EgressHooks})
 		if err != nil {
@@ -215,28 +215,32 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	return inst, nil
 }
 
-func (b *Backend) rootPlan(image string) ([]nsinit.RootEntry, error) {
+// rootPlan resolves the image to the plan of the sandbox's root and the
+// environment the image's programs expect (a built image's manifest env).
+func (b *Backend) rootPlan(name string) ([]nsinit.RootEntry, map[string]string, error) {
 	switch {
-	case image == "" || image == "host":
-		return hostPlan(sandboxUID, sandboxGID)
-	case strings.ContainsRune(image, '/') || strings.HasPrefix(image, "."):
-		abs, err := filepath.Abs(image)
+	case name == "" || name == "host":
+		plan, err := hostPlan(sandboxUID, sandboxGID)
+		return plan, nil, err
+	case strings.ContainsRune(name, '/') || strings.HasPrefix(name, "."):
+		abs, err := filepath.Abs(name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		plan, err := dirPlan(abs)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", err, sandbox.ErrNotFound)
+			return nil, nil, fmt.Errorf("%w: %w", err, sandbox.ErrNotFound)
 		}
-		return plan, nil
+		return plan, nil, nil
 	case b.opts.Images != nil:
-		dir, err := b.opts.Images.RootFS(image)
+		img, err := b.opts.Images.Get(name)
 		if err != nil {
-			return nil, err
+			return nil, nil, fmt.Errorf("image %q: not built (see 'airlock image build'): %w", name, err)
 		}
-		return dirPlan(dir)
+		plan, err := dirPlan(img.RootFS())
+		return plan, img.Manifest.Env, err
 	}
-	return nil, fmt.Errorf("image %q: not built (see 'airlock image ls'), and not a folder: %w", image, sandbox.ErrNotFound)
+	return nil, nil, fmt.Errorf("image %q: not built (see 'airlock image ls'), and not a folder: %w", name, sandbox.ErrNotFound)
 }
 
 func newID() string {

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/image"
 )
 
 // Options configure the native backend.
@@ -11,9 +12,9 @@ type Options struct {
 	// CgroupParent is the folder, under each cgroup hierarchy's root, that
 	// holds the sandboxes' cgroups. Default "airlock".
 	CgroupParent string
-	// Images resolves image names other than "host" to rootfs folders;
-	// nil means only "host" and folder paths are accepted.
-	Images ImageResolver
+	// Images finds built images by name; nil means only "host" and folder
+	// paths are accepted.
+	Images ImageStore
 	// Logger receives lifecycle events; nil discards them.
 	Logger *slog.Logger
 	// Prestart keeps this many sandboxes started ahead: namespaces made,
@@ -27,7 +28,7 @@ type Options struct {
 	EgressHooks egress.Hooks
 }
 
-// ImageResolver finds the rootfs folder of a named image.
-type ImageResolver interface {
-	RootFS(name string) (string, error)
+// ImageStore finds built images by name; *image.Store is one.
+type ImageStore interface {
+	Get(name string) (*image.Image, error)
 }

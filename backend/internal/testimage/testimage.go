@@ -22,12 +22,13 @@ const Name = "python"
 // under CI) saying how to build one.
 func Store(t testing.TB) *image.Store {
 	t.Helper()
-	s, err := find()
+	s, err := Find()
 	testenv.Require(t, "the python image (build it with: bash .ci/lib/image.sh, then set AIRLOCK_HOME to the folder it prints)", err)
 	return s
 }
 
-func find() (*image.Store, error) {
+// Find returns a store that holds the python image, or why there is none.
+func Find() (*image.Store, error) {
 	var dirs []string
 	if h := os.Getenv("AIRLOCK_HOME"); h != "" {
 		dirs = append(dirs, filepath.Join(h, "images"))
