@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -224,5 +225,32 @@ func TestUnknownCommand(t *testing.T) {
 	_, errs, code := airlock(t, "", "frobnicate")
 	if code != 2 || !strings.Contains(errs, "unknown command") {
 		t.Errorf("unknown command: exit %d stderr %q", code, errs)
+	}
+}
+
+// TestRunNetwork: with no --allow-host there is no network at all, and a
+// request fails fast and says why; with one, the request goes through
+// the egress proxy, whose decision the Result records.
+func TestRunNetwork(t *testing.T) {
+	needRoot(t)
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skipf("needs curl in the host image: %v (CI installs it)", err)
+	}
+	start := time.Now()
+	_, errs, code := airlock(t, "", "run", "--", "curl", "-sS", "--max-time", "20", "https://example.com/")
+	if code == 0 || !strings.Contains(errs, "Could not resolve host") {
+		t.Errorf("no --allow-host: exit %d stderr %q, want a resolve failure", code, errs)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("no --allow-host: took %v to fail; it must fail fast", d)
+	}
+	out, errs, _ := airlock(t, "", "run", "--json", "--allow-host", "example.com", "--", "curl", "-sS", "--max-time", "20", "https://other.example.org/")
+	var res sandbox.Result
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("--json: %v\n%s\n%s", err, out, errs)
+	}
+	if len(res.Egress) != 1 || res.Egress[0].Allowed || res.Egress[0].Host != "other.example.org" ||
+		!strings.Contains(res.Stderr, "403") {
+		t.Errorf("a host not on the list: egress %+v, stderr %q", res.Egress, res.Stderr)
 	}
 }
