@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,20 +42,16 @@ type Message struct {
 	Config *Config `json:"config,omitempty"`
 }
 
-// Channel is one end of the control socket. It uses plain blocking
-// system calls rather than package net: init must start fast, and net's
-// initialisation waits on packages that would run first (see reexec).
+// Channel is one end of the control socket. It drives sendmsg and
+// recvmsg through the runtime's poller (os.File's SyscallConn), so a
+// goroutine waiting for a message parks instead of holding an OS thread
+// and, in init, its only P. It does not use package net, whose
+// initialisation would delay init's start (see reexec).
 type Channel struct {
-	fd      int
+	f       *os.File
+	rc      syscall.RawConn
 	recvBuf []byte
 	recvOOB []byte
-
-	// The descriptor is closed only once Close was called and no Send or
-	// Recv is using it, so that a number reused by another open file is
-	// never read or written.
-	mu     sync.Mutex
-	users  int
-	closed bool
 }
 
 // NewChannel takes ownership of an inherited or fresh socket descriptor.
@@ -65,7 +61,17 @@ func NewChannel(f *os.File) (*Channel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	return &Channel{fd: fd, recvBuf: make([]byte, maxPacket), recvOOB: make([]byte, unix.CmsgSpace(maxFDs*4))}, nil
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	nf := os.NewFile(uintptr(fd), "airlock-control") // non-blocking: served by the poller
+	rc, err := nf.SyscallConn()
+	if err != nil {
+		nf.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	return &Channel{f: nf, rc: rc, recvBuf: make([]byte, maxPacket), recvOOB: make([]byte, unix.CmsgSpace(maxFDs*4))}, nil
 }
 
 // SocketPair makes the two ends of a control socket.
@@ -92,18 +98,15 @@ func (ch *Channel) Send(m Message, files ...*os.File) error {
 		}
 		oob = unix.UnixRights(fds...)
 	}
-	fd, ok := ch.acquire()
-	if !ok {
-		return errClosed
-	}
-	for {
-		err = unix.Sendmsg(fd, b, oob, nil, unix.MSG_NOSIGNAL)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	ch.release()
+	var serr error
+	err = ch.rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), b, oob, nil, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
+		return serr != unix.EAGAIN && serr != unix.EINTR
+	})
 	runtime.KeepAlive(files)
+	if err == nil {
+		err = serr
+	}
 	if err != nil {
 		return fmt.Errorf("control send %s: %w", m.Op, err)
 	}
@@ -117,18 +120,14 @@ var errClosed = errors.New("control socket closed")
 // goroutine may receive at a time.
 func (ch *Channel) Recv() (Message, []*os.File, error) {
 	var n, oobn, flags int
-	var err error
-	fd, ok := ch.acquire()
-	if !ok {
-		return Message{}, nil, errClosed
+	var rerr error
+	err := ch.rc.Read(func(fd uintptr) bool {
+		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), ch.recvBuf, ch.recvOOB, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+		return rerr != unix.EAGAIN && rerr != unix.EINTR
+	})
+	if err == nil {
+		err = rerr
 	}
-	for {
-		n, oobn, flags, _, err = unix.Recvmsg(fd, ch.recvBuf, ch.recvOOB, unix.MSG_CMSG_CLOEXEC)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	ch.release()
 	if err != nil {
 		return Message{}, nil, fmt.Errorf("control receive: %w", err)
 	}
@@ -148,39 +147,14 @@ func (ch *Channel) Recv() (Message, []*os.File, error) {
 	return m, files, nil
 }
 
-// Close shuts the socket down, which wakes a receiver blocked in Recv,
-// and closes it once no call uses it. It is idempotent.
+// Close closes the socket; a Recv waiting on it returns an error. It is
+// safe to call more than once.
 func (ch *Channel) Close() error {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if ch.closed {
+	err := ch.f.Close()
+	if errors.Is(err, os.ErrClosed) {
 		return nil
 	}
-	ch.closed = true
-	_ = unix.Shutdown(ch.fd, unix.SHUT_RDWR)
-	if ch.users == 0 {
-		return unix.Close(ch.fd)
-	}
-	return nil
-}
-
-func (ch *Channel) acquire() (int, bool) {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if ch.closed {
-		return -1, false
-	}
-	ch.users++
-	return ch.fd, true
-}
-
-func (ch *Channel) release() {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	ch.users--
-	if ch.closed && ch.users == 0 {
-		_ = unix.Close(ch.fd)
-	}
+	return err
 }
 
 func parseRights(oob []byte) ([]*os.File, error) {
