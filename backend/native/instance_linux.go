@@ -30,6 +30,7 @@ type instance struct {
 	weakened []string
 	rootless bool
 	imageEnv map[string]string // the image's own environment
+	fromPool bool              // came prestarted: its Destroy asks for a replacement
 
 	cmd      *exec.Cmd
 	initErr  *capBuffer // init's stderr, for error messages
@@ -98,7 +99,16 @@ func (i *instance) bootInit(h *hostInfo) error {
 		return err
 	}
 	if i.cg != nil {
-		return i.cg.addProc(i.cmd.Process.Pid)
+		if err := i.cg.addProc(i.cmd.Process.Pid); err != nil {
+			return err
+		}
+	}
+	// Init says hello once its runtime is up; a prestarted sandbox is
+	// only ready to hand out after that.
+	m, files, err := i.ch.Recv()
+	nsinit.CloseAll(files)
+	if err != nil || m.Op != nsinit.OpHello {
+		return fmt.Errorf("sandbox init did not start: %v %q%s", err, m.Op, i.initStderr())
 	}
 	return nil
 }
@@ -364,6 +374,9 @@ func (i *instance) Destroy(ctx context.Context) error {
 		}
 		if i.cg != nil {
 			i.destroyErr = errors.Join(i.destroyErr, i.cg.remove())
+		}
+		if i.fromPool {
+			i.backend.askRefill()
 		}
 	})
 	return i.destroyErr

@@ -102,12 +102,6 @@ func (b *Backend) booted(h *hostInfo) (*instance, error) {
 		b.filler.Add(1)
 		go b.fill(h)
 	})
-	defer func() {
-		select {
-		case b.refill <- struct{}{}:
-		default:
-		}
-	}()
 	for {
 		select {
 		case i := <-b.pool:
@@ -116,12 +110,33 @@ func (b *Backend) booted(h *hostInfo) (*instance, error) {
 				_ = i.Destroy(context.Background())
 				continue
 			default:
+				// The replacement is started when this sandbox is
+				// destroyed, so that it does not compete for the CPU
+				// with the commands this one runs.
+				i.fromPool = true
 				return i, nil
 			}
 		default:
+			b.askRefill()
 			return b.boot(h)
 		}
 	}
+}
+
+// askRefill wakes the pool's filler.
+func (b *Backend) askRefill() {
+	select {
+	case b.refill <- struct{}{}:
+	default:
+	}
+}
+
+// Prestarted says how many sandboxes wait in the pool now.
+func (b *Backend) Prestarted() int {
+	if b.pool == nil {
+		return 0
+	}
+	return len(b.pool)
 }
 
 // fill keeps the pool full until Close.

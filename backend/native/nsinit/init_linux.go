@@ -31,6 +31,9 @@ func initMain() int {
 		fmt.Fprintln(os.Stderr, "airlock init:", err)
 		return 1
 	}
+	if err := ch.Send(Message{Op: OpHello}); err != nil {
+		return 1
+	}
 	m, _, err := ch.Recv()
 	if err != nil || m.Op != OpConfig || m.Config == nil || m.Config.Limits == nil {
 		fmt.Fprintln(os.Stderr, "airlock init: no config:", err)

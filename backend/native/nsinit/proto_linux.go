@@ -18,6 +18,7 @@ import (
 
 // Message operations.
 const (
+	OpHello  = "hello"  // init -> supervisor: started, waiting for its config
 	OpConfig = "config" // supervisor -> init: the root to build
 	OpReady  = "ready"  // init -> supervisor: root built; fds: output dir
 	opPut    = "put"    // supervisor -> init: store an input file; fds: source
