@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -42,15 +43,24 @@ type cgroupHost struct {
 // detectCgroups reads the mount table. It never fails: a controller it
 // cannot find is simply absent from the map.
 func detectCgroups(parent string) *cgroupHost {
-	h := &cgroupHost{ctl: map[string]*hierarchy{}, parent: parent}
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return h
+		return &cgroupHost{ctl: map[string]*hierarchy{}, parent: parent}
 	}
 	defer f.Close()
+	return parseCgroups(f, parent, func(mount string) string {
+		b, _ := os.ReadFile(filepath.Join(mount, "cgroup.controllers"))
+		return string(b)
+	})
+}
+
+// parseCgroups maps controllers to hierarchies from a mountinfo table;
+// v2Controllers reads the controllers a cgroup2 mount offers.
+func parseCgroups(mountinfo io.Reader, parent string, v2Controllers func(mount string) string) *cgroupHost {
+	h := &cgroupHost{ctl: map[string]*hierarchy{}, parent: parent}
 	var v2 *hierarchy
 	v1 := map[string]*hierarchy{}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(mountinfo)
 	for sc.Scan() {
 		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
 		fields := strings.Fields(sc.Text())
@@ -82,8 +92,7 @@ func detectCgroups(parent string) *cgroupHost {
 		}
 	}
 	if v2 != nil {
-		b, _ := os.ReadFile(filepath.Join(v2.mount, "cgroup.controllers"))
-		for _, c := range strings.Fields(string(b)) {
+		for _, c := range strings.Fields(v2Controllers(v2.mount)) {
 			if c == ctlMemory || c == ctlCPU || c == ctlPids {
 				h.ctl[c] = v2
 			}
