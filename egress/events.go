@@ -51,12 +51,19 @@ func (l *eventLog) addBytes(i int, sent, got int64) {
 	l.mu.Unlock()
 }
 
-// snapshot copies the events; when some were dropped, a last event says
-// how many.
-func (l *eventLog) snapshot() []sandbox.EgressEvent {
+// kept is the number of events stored.
+func (l *eventLog) kept() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	evs := append([]sandbox.EgressEvent(nil), l.events...)
+	return len(l.events)
+}
+
+// snapshot copies the events from index from on; when some were dropped,
+// a last event says how many.
+func (l *eventLog) snapshot(from int) []sandbox.EgressEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	evs := append([]sandbox.EgressEvent(nil), l.events[min(from, len(l.events)):]...)
 	if l.dropped > 0 {
 		evs = append(evs, sandbox.EgressEvent{Reason: fmt.Sprintf("%d more events were not kept (cap %d)", l.dropped, maxEvents)})
 	}

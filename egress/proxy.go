@@ -115,7 +115,25 @@ func Env(proxyAddr string) map[string]string {
 }
 
 // Events returns every decision so far, in order.
-func (p *Proxy) Events() []sandbox.EgressEvent { return p.events.snapshot() }
+func (p *Proxy) Events() []sandbox.EgressEvent { return p.events.snapshot(0) }
+
+// Cursor marks the decisions so far, for Since; a backend takes it before
+// a command starts. A nil proxy (a sandbox without egress) gives 0.
+func (p *Proxy) Cursor() int {
+	if p == nil {
+		return 0
+	}
+	return p.events.kept()
+}
+
+// Since returns the decisions made after cursor, in order; none for a nil
+// proxy.
+func (p *Proxy) Since(cursor int) []sandbox.EgressEvent {
+	if p == nil {
+		return nil
+	}
+	return p.events.snapshot(cursor)
+}
 
 // Serve accepts connections on l until ctx is done, l is closed or the
 // proxy is closed. Before it returns it closes l and every connection it

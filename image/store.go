@@ -31,6 +31,12 @@ type Store struct {
 	dir string
 }
 
+// Lookup finds built images by name; *Store is one. Backends take it to
+// resolve the image of a sandbox.
+type Lookup interface {
+	Get(name string) (*Image, error)
+}
+
 // Image is one built image in a store.
 type Image struct {
 	// Name is the image's name, the name of its folder in the store.

@@ -17,6 +17,13 @@ type Backend interface {
 	Probe(ctx context.Context) error
 	// Create starts a sandbox. The policy must already be normalized.
 	Create(ctx context.Context, spec Spec) (Instance, error)
+	// CleanupStale removes what the sandboxes of airlock processes that
+	// died left on the host (processes, mounts, cgroups, containers,
+	// folders), and says what it removed. Create calls it once.
+	CleanupStale(ctx context.Context) []string
+	// Close releases what the backend holds (connections, prestarted
+	// sandboxes); sandboxes it created are not touched.
+	Close() error
 }
 
 // Instance is one running sandbox.

@@ -43,7 +43,7 @@ func (s *suite) testArtifacts(t *testing.T) {
 
 	// a 1 GiB disk lets a sparse file pass the 256 MiB default file cap
 	// (a 1 TB one cannot exist inside: the file size rlimit refuses it)
-	inst := s.create(t, policy(t, func(p *sandbox.Policy) {
+	inst := s.create(t, Policy(t, func(p *sandbox.Policy) {
 		p.Limits.Timeout = sandbox.Duration(3 * time.Minute)
 		p.Limits.DiskBytes = 1 << 30
 	}))
@@ -56,6 +56,18 @@ func (s *suite) testArtifacts(t *testing.T) {
 	for h, why := range planted.Skipped {
 		t.Logf("hazard %q cannot be planted inside the sandbox: %s", h, why)
 	}
+	// A hazard the backend keeps from ever reaching the host folder (a
+	// FIFO inside gVisor lives in the sentry only) gets no verdict: the
+	// config says why, and the check of it is skipped.
+	kept := planted.Planted[:0]
+	for _, h := range planted.Planted {
+		if why, ok := s.Skip["artifact "+h]; ok {
+			t.Logf("SKIP hazard %q: does not apply to backend %s: %s", h, s.Backend.Name(), why)
+			continue
+		}
+		kept = append(kept, h)
+	}
+	planted.Planted = kept
 	res = sh(t, inst, "truncate -s 768M /workspace/output/sparse-inside.csv")
 	if res.ExitCode != 0 {
 		t.Fatalf("sparse file inside: %s", res.Stderr)

@@ -54,17 +54,13 @@ func (s *suite) testDataImage(t *testing.T) {
 	if s.DataImage == "" {
 		t.Skipf("backend %s: no data image configured (Config.DataImage)", s.Backend.Name())
 	}
-	ctx := context.Background()
 	create := func() sandbox.Instance {
 		t.Helper()
 		s.checkLeftoversAtEnd(t)
-		p := policy(t, func(p *sandbox.Policy) { p.Limits.MemoryBytes = 1 << 30; p.Limits.Timeout = sandbox.Duration(120e9) })
-		inst, err := s.Backend.Create(ctx, sandbox.Spec{Image: s.DataImage, Policy: p})
-		if err != nil {
-			t.Fatalf("create with image %s: %v", s.DataImage, err)
-		}
-		t.Cleanup(func() { _ = inst.Destroy(context.Background()) })
-		return inst
+		return Create(t, s.Backend, s.DataImage, Policy(t, func(p *sandbox.Policy) {
+			p.Limits.MemoryBytes = 1 << 30
+			p.Limits.Timeout = sandbox.Duration(120e9)
+		}))
 	}
 	out := t.TempDir()
 	first := create()
@@ -84,7 +80,7 @@ func (s *suite) testDataImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := second.PutInput(ctx, "sales.xlsx", f); err != nil {
+	if err := second.PutInput(context.Background(), "sales.xlsx", f); err != nil {
 		t.Fatal(err)
 	}
 	res = runReq(t, second, sandbox.ExecRequest{Cmd: []string{"python3", "-c", analyse}})

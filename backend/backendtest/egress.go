@@ -104,6 +104,7 @@ func testCA(t *testing.T, names ...string) (caPEM []byte, cert tls.Certificate) 
 // servers on the host, reached from inside through the egress proxy, and
 // the egress attack probes.
 func (s *suite) testEgress(t *testing.T) {
+	s.skip(t, "egress allowlist")
 	if s.WithEgressHooks == nil {
 		t.Skipf("backend %s offers no egress test hooks", s.Backend.Name())
 	}
@@ -135,7 +136,7 @@ func (s *suite) testEgress(t *testing.T) {
 	for _, h := range []string{"private.test", "loopback.test", "metadata.test", "mixed.test", "v6mapped.test"} {
 		rules = append(rules, sandbox.EgressRule{Host: h})
 	}
-	p := policy(t, func(p *sandbox.Policy) { p.Network.Allow = rules })
+	p := Policy(t, func(p *sandbox.Policy) { p.Network.Allow = rules })
 	inst, err := be.Create(context.Background(), sandbox.Spec{Image: s.Image, Policy: p})
 	if err != nil {
 		t.Fatal(err)

@@ -50,7 +50,7 @@ func (s *suite) testFilesystemAttacks(t *testing.T) {
 	if err := os.WriteFile(canary, []byte("host secret"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := policy(t, func(p *sandbox.Policy) { p.Limits.DiskBytes = 32 << 20; p.Limits.DiskInodes = 2000 })
+	p := Policy(t, func(p *sandbox.Policy) { p.Limits.DiskBytes = 32 << 20; p.Limits.DiskInodes = 2000 })
 	inst := s.create(t, p)
 	s.probe(t, inst, "filesystem", map[string]string{
 		"CANARY":      canary,
@@ -96,7 +96,7 @@ func (s *suite) testNetworkAttacks(t *testing.T) {
 			c.Close()
 		}
 	}()
-	inst := s.create(t, policy(t, nil))
+	inst := s.create(t, Policy(t, nil))
 	port := ln.Addr().(*net.TCPAddr).Port
 	s.probe(t, inst, "network", map[string]string{"HOST_PORT": strconv.Itoa(port), "ABSTRACT": mark})
 	if n := accepted.Load(); n != 0 {
@@ -111,15 +111,15 @@ func (s *suite) testPrivilegeAttacks(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("the privilege probe uses x86_64 system call numbers; this is %s", runtime.GOARCH)
 	}
-	inst := s.create(t, policy(t, nil))
+	inst := s.create(t, Policy(t, nil))
 	s.probe(t, inst, "privileges", nil)
 }
 
 func (s *suite) testIsolation(t *testing.T) {
 	mark := randomMark(t)
 	env := map[string]string{"MARK": mark, "SHM_KEY": "424242", "HOLD": "60"}
-	a := s.create(t, policy(t, nil))
-	b := s.create(t, policy(t, nil))
+	a := s.create(t, Policy(t, nil))
+	b := s.create(t, Policy(t, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ready := make(chan string, 1)
@@ -147,10 +147,9 @@ func (s *suite) testIsolation(t *testing.T) {
 }
 
 func (s *suite) testForkBomb(t *testing.T) {
-	s.skip(t, "pids cap")
-	inst := s.create(t, policy(t, func(p *sandbox.Policy) {
+	inst := s.create(t, Policy(t, func(p *sandbox.Policy) {
 		p.Limits.Pids = 64
-		p.Limits.Timeout = sandbox.Duration(5 * time.Second)
+		p.Limits.Timeout = sandbox.Duration(20 * time.Second)
 	}))
 	start := time.Now()
 	res := sh(t, inst, "bomb() { bomb | bomb & }; bomb; sleep 3")
@@ -160,11 +159,13 @@ func (s *suite) testForkBomb(t *testing.T) {
 	if err != nil || time.Since(t0) > 2*time.Second {
 		t.Errorf("host command during the fork bomb: %v %q in %v", err, out, time.Since(t0))
 	}
-	if !res.PidsLimitHit {
+	if !res.PidsLimitHit && !s.skipped(t, "pids_limit_hit reported") {
 		t.Errorf("fork bomb: pids_limit_hit not reported (exit %d, %.0f ms)", res.ExitCode, res.DurationMS)
 	}
+	// what may remain: pid 1, the check, and the shell a backend may run
+	// the check under
 	after := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c",
-		"import os; print(len([p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid())]))"}})
+		"import os; print(len([p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]))"}})
 	if n, err := strconv.Atoi(strings.TrimSpace(after.Stdout)); err != nil || n > 0 {
 		t.Errorf("%d processes still in the sandbox after the fork bomb's command ended", n)
 	}
@@ -172,23 +173,27 @@ func (s *suite) testForkBomb(t *testing.T) {
 }
 
 func (s *suite) testFlood(t *testing.T) {
-	inst := s.create(t, policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = sandbox.Duration(2 * time.Minute) }))
+	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = sandbox.Duration(2 * time.Minute) }))
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	res := sh(t, inst, "head -c 1073741824 /dev/zero; head -c 268435456 /dev/zero >&2")
+	// 256 times the output cap (1 MiB) on stdout, 64 times on stderr:
+	// enough to show the cap holds, and within the timeout on gVisor,
+	// whose pipes carry about 20 MB/s here
+	res := sh(t, inst, "head -c 268435456 /dev/zero; head -c 67108864 /dev/zero >&2")
 	runtime.ReadMemStats(&after)
-	if !res.StdoutTruncated || !res.StderrTruncated || len(res.Stdout) != 1<<20 {
-		t.Errorf("1 GiB flood: stdout %d bytes truncated %v, stderr truncated %v", len(res.Stdout), res.StdoutTruncated, res.StderrTruncated)
+	if res.TimedOut || !res.StdoutTruncated || !res.StderrTruncated || len(res.Stdout) != 1<<20 {
+		t.Errorf("flood: stdout %d bytes truncated %v, stderr truncated %v, timed out %v",
+			len(res.Stdout), res.StdoutTruncated, res.StderrTruncated, res.TimedOut)
 	}
 	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 64<<20 {
-		t.Errorf("supervisor heap grew by %d MiB while 1.25 GiB were printed", grew>>20)
+		t.Errorf("supervisor heap grew by %d MiB while 320 MiB were printed", grew>>20)
 	}
 }
 
 func (s *suite) testLeftovers(t *testing.T) {
 	mark := randomMark(t)
-	inst := s.create(t, policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = sandbox.Duration(2 * time.Second) }))
+	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = sandbox.Duration(2 * time.Second) }))
 	// a daemon that double-forks, starts a new session and ignores SIGTERM
 	daemon := fmt.Sprintf(`python3 -c '
 import os, signal, time, sys
@@ -217,7 +222,7 @@ time.sleep(600)
 
 func (s *suite) testManyRuns(t *testing.T) {
 	for k := range 20 {
-		p := policy(t, nil)
+		p := Policy(t, nil)
 		inst, err := s.Backend.Create(context.Background(), sandbox.Spec{Image: s.Image, Policy: p})
 		if err != nil {
 			t.Fatalf("run %d: %v", k, err)

@@ -71,8 +71,20 @@ func (s *suite) skip(t *testing.T, name string) {
 	}
 }
 
-// policy returns a normalized policy after applying edit to the defaults.
-func policy(t *testing.T, edit func(*sandbox.Policy)) sandbox.Policy {
+// skipped tells whether the check called name, one part of a test, does
+// not apply to the backend, and if so logs why.
+func (s *suite) skipped(t *testing.T, name string) bool {
+	t.Helper()
+	why, ok := s.Skip[name]
+	if ok {
+		t.Logf("check skipped: %s: does not apply to backend %s: %s", name, s.Backend.Name(), why)
+	}
+	return ok
+}
+
+// Policy returns a normalized policy after applying edit (if any) to the
+// defaults.
+func Policy(t *testing.T, edit func(*sandbox.Policy)) sandbox.Policy {
 	t.Helper()
 	var p sandbox.Policy
 	if edit != nil {
@@ -89,9 +101,16 @@ func policy(t *testing.T, edit func(*sandbox.Policy)) sandbox.Policy {
 func (s *suite) create(t *testing.T, p sandbox.Policy) sandbox.Instance {
 	t.Helper()
 	s.checkLeftoversAtEnd(t)
+	return Create(t, s.Backend, s.Image, p)
+}
+
+// Create starts a sandbox on be that is destroyed when the test ends; it
+// fails t if either fails.
+func Create(t *testing.T, be sandbox.Backend, image string, p sandbox.Policy) sandbox.Instance {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	inst, err := s.Backend.Create(ctx, sandbox.Spec{Image: s.Image, Policy: p})
+	inst, err := be.Create(ctx, sandbox.Spec{Image: image, Policy: p})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}

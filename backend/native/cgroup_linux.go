@@ -1,7 +1,6 @@
 package native
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/backend/internal/cgstat"
+	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
 )
 
 // cgroups cap memory (no swap), CPU and pids for the whole sandbox, count
@@ -60,33 +62,22 @@ func parseCgroups(mountinfo io.Reader, parent string, v2Controllers func(mount s
 	h := &cgroupHost{ctl: map[string]*hierarchy{}, parent: parent}
 	var v2 *hierarchy
 	v1 := map[string]*hierarchy{}
-	sc := bufio.NewScanner(mountinfo)
-	for sc.Scan() {
-		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
-		fields := strings.Fields(sc.Text())
-		sep := -1
-		for i, x := range fields {
-			if x == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+3 >= len(fields) || len(fields) < 5 || fields[3] != "/" {
+	mounts, _ := cgstat.ParseMounts(mountinfo)
+	for _, m := range mounts {
+		if m.Root != "/" {
 			continue
 		}
-		mnt, fstype, super := fields[4], fields[sep+1], fields[sep+3]
-		switch fstype {
-		case "cgroup2":
+		if m.V2 {
 			if v2 == nil {
-				v2 = &hierarchy{mount: mnt, v2: true}
+				v2 = &hierarchy{mount: m.Dir, v2: true}
 			}
-		case "cgroup":
-			for _, o := range strings.Split(super, ",") {
-				switch o {
-				case ctlMemory, ctlCPU, ctlPids:
-					if v1[o] == nil {
-						v1[o] = &hierarchy{mount: mnt}
-					}
+			continue
+		}
+		for _, c := range m.Controllers {
+			switch c {
+			case ctlMemory, ctlCPU, ctlPids:
+				if v1[c] == nil {
+					v1[c] = &hierarchy{mount: m.Dir}
 				}
 			}
 		}
@@ -142,31 +133,7 @@ type cgLimits struct {
 type cgroup struct {
 	host *cgroupHost
 	dirs map[*hierarchy]string
-}
-
-// ownerPrefix names this process in cgroup folder names, so that a later
-// airlock can tell leftovers of a dead process from live sandboxes.
-func ownerPrefix() string {
-	return fmt.Sprintf("%d-%d-", os.Getpid(), processStart(os.Getpid()))
-}
-
-// processStart reads a process's start time in clock ticks; 0 if gone.
-func processStart(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
+	stat *cgstat.Group // reads the counters
 }
 
 // create makes the sandbox's cgroup in every hierarchy; setLimits writes
@@ -181,6 +148,13 @@ func (h *cgroupHost) create(name string) (*cgroup, error) {
 		}
 		cg.dirs[hy] = dir
 	}
+	dirs, v2 := map[string]string{}, map[string]bool{}
+	for _, c := range []string{ctlMemory, ctlCPU, ctlPids} {
+		if d, ok := cg.dir(c); ok {
+			dirs[c], v2[c] = d, cg.v2(c)
+		}
+	}
+	cg.stat = cgstat.New(dirs, v2)
 	return cg, nil
 }
 
@@ -330,50 +304,6 @@ func (cg *cgroup) addProc(pid int) error {
 	return nil
 }
 
-// cgStats are the counters read around one command.
-type cgStats struct {
-	oomKills  int64
-	pidsMax   int64
-	cpuNanos  int64
-	peakBytes int64
-	hasCPU    bool
-	hasPeak   bool
-}
-
-func (cg *cgroup) stats() cgStats {
-	var s cgStats
-	if d, ok := cg.dir(ctlMemory); ok {
-		if cg.v2(ctlMemory) {
-			s.oomKills = keyedValue(filepath.Join(d, "memory.events"), "oom_kill")
-			s.peakBytes, s.hasPeak = intFile(filepath.Join(d, "memory.peak"))
-		} else {
-			s.oomKills = keyedValue(filepath.Join(d, "memory.oom_control"), "oom_kill")
-			s.peakBytes, s.hasPeak = intFile(filepath.Join(d, "memory.max_usage_in_bytes"))
-		}
-	}
-	if d, ok := cg.dir(ctlPids); ok {
-		s.pidsMax = keyedValue(filepath.Join(d, "pids.events"), "max")
-	}
-	if cg.v2(ctlCPU) {
-		d, _ := cg.dir(ctlCPU)
-		s.cpuNanos = keyedValue(filepath.Join(d, "cpu.stat"), "usage_usec") * 1000
-		s.hasCPU = true
-	}
-	return s
-}
-
-// resetPeak restarts peak-memory tracking, where the kernel allows it
-// (v1 always; v2 since Linux 6.12).
-func (cg *cgroup) resetPeak() {
-	if d, ok := cg.dir(ctlMemory); ok {
-		if cg.v2(ctlMemory) {
-			_ = os.WriteFile(filepath.Join(d, "memory.peak"), []byte("reset"), 0)
-		} else {
-			_ = os.WriteFile(filepath.Join(d, "memory.max_usage_in_bytes"), []byte("0"), 0)
-		}
-	}
-}
-
 // remove kills anything still inside (nothing should be) and removes the
 // cgroup folders, then the shared parent folder if it is empty.
 func (cg *cgroup) remove() error {
@@ -425,7 +355,7 @@ func (h *cgroupHost) cleanupStale() []string {
 			continue
 		}
 		for _, e := range ents {
-			if !e.IsDir() || ownerAlive(e.Name()) {
+			if owner, _, ok := hostdir.SplitName(e.Name()); !e.IsDir() || !ok || hostdir.OwnerAlive(owner) {
 				continue
 			}
 			d := filepath.Join(parent, e.Name())
@@ -436,43 +366,4 @@ func (h *cgroupHost) cleanupStale() []string {
 		_ = os.Remove(parent)
 	}
 	return removed
-}
-
-// ownerAlive parses "PID-START-ID" and checks that process still runs.
-func ownerAlive(name string) bool {
-	parts := strings.SplitN(name, "-", 3)
-	if len(parts) != 3 {
-		return true // not ours to judge
-	}
-	pid, err1 := strconv.Atoi(parts[0])
-	start, err2 := strconv.ParseUint(parts[1], 10, 64)
-	if err1 != nil || err2 != nil {
-		return true
-	}
-	return processStart(pid) == start
-}
-
-func intFile(p string) (int64, bool) {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return 0, false
-	}
-	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-	return v, err == nil
-}
-
-// keyedValue reads "key value" lines and returns key's value, 0 if absent.
-func keyedValue(p, key string) int64 {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, " ")
-		if ok && k == key {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
 }

@@ -4,26 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
 	"io"
 	"os"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/backend/internal/cgstat"
+	"github.com/airlock-sandbox/airlock/backend/internal/command"
+	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
-
-// defaultEnv is what every command gets before the policy's and the
-// request's variables; nothing else of the host's environment enters.
-var defaultEnv = map[string]string{
-	"PATH": "/usr/local/bin:/usr/bin:/bin",
-	"HOME": "/tmp",
-	"LANG": "C.UTF-8",
-}
 
 // killGrace bounds how long a killed command may take to be reaped before
 // the whole sandbox is torn down instead.
@@ -43,18 +35,14 @@ func (i *instance) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.R
 	}
 	defer p.close()
 	lim := i.policy.Limits
-	stdout := &capBuffer{max: lim.OutputBytes, tee: req.Stdout}
-	stderr := &capBuffer{max: lim.OutputBytes, tee: req.Stderr}
-	var before cgStats
+	stdout := command.NewCapBuffer(lim.OutputBytes, req.Stdout)
+	stderr := command.NewCapBuffer(lim.OutputBytes, req.Stderr)
+	var usage cgstat.Usage
 	if i.cg != nil {
-		i.cg.resetPeak()
-		before = i.cg.stats()
+		usage = cgstat.Begin(i.cg.stat)
 	}
 	start := time.Now()
-	seenEgress := 0
-	if i.proxy != nil {
-		seenEgress = len(i.proxy.Events())
-	}
+	egressMark := i.proxy.Cursor()
 	seq := i.seq.Add(1)
 	go p.writeSpec(spec)
 	if err := i.request(ctx, nsinit.Message{Op: nsinit.OpExec, Seq: seq}, p.theirs()...); err != nil {
@@ -88,13 +76,11 @@ func (i *instance) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.R
 		waitErr = errDead
 	}
 	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
-	res.Stdout, res.StdoutTruncated = stdout.String(), stdout.truncated()
-	res.Stderr, res.StderrTruncated = stderr.String(), stderr.truncated()
+	res.Stdout, res.StdoutTruncated = stdout.String(), stdout.Truncated()
+	res.Stderr, res.StderrTruncated = stderr.String(), stderr.Truncated()
 	st, reported := decodeStatus(statusBytes)
-	i.fillResult(&res, st, reported, before)
-	if i.proxy != nil {
-		res.Egress = append(res.Egress, i.proxy.Events()[seenEgress:]...)
-	}
+	fillResult(&res, st, reported, usage)
+	res.Egress = append(res.Egress, i.proxy.Since(egressMark)...)
 	return res, waitErr
 }
 
@@ -116,8 +102,9 @@ func (i *instance) killExec(seq uint64, done <-chan struct{}) error {
 }
 
 // fillResult turns init's report and the cgroup counters into the
-// Result's status fields.
-func (i *instance) fillResult(res *sandbox.Result, st nsinit.ExecStatus, reported bool, before cgStats) {
+// Result's status fields. Without cgroups, the usage is init's rusage of
+// the command.
+func fillResult(res *sandbox.Result, st nsinit.ExecStatus, reported bool, usage cgstat.Usage) {
 	switch {
 	case res.TimedOut:
 		res.ExitCode = sandbox.ExitTimeout
@@ -136,73 +123,26 @@ func (i *instance) fillResult(res *sandbox.Result, st nsinit.ExecStatus, reporte
 	}
 	res.Usage.CPUMillis = float64(st.UserMicros+st.SysMicros) / 1000
 	res.Usage.PeakMemoryBytes = st.MaxRSS
-	if i.cg == nil {
-		return
-	}
-	after := i.cg.stats()
-	if after.hasCPU {
-		res.Usage.CPUMillis = float64(after.cpuNanos-before.cpuNanos) / 1e6
-	}
-	if after.hasPeak {
-		res.Usage.PeakMemoryBytes = after.peakBytes
-	}
-	res.OOMKilled = after.oomKills > before.oomKills
-	res.PidsLimitHit = after.pidsMax > before.pidsMax
+	usage.Fill(res)
 }
 
-// execSpec builds init's instructions and the effective timeout.
+// execSpec checks the request and builds init's instructions and the
+// effective timeout.
 func (i *instance) execSpec(req sandbox.ExecRequest) (nsinit.ExecSpec, time.Duration, error) {
-	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
-		return nsinit.ExecSpec{}, 0, fmt.Errorf("empty command: %w", sandbox.ErrInvalid)
-	}
-	for _, a := range req.Cmd {
-		if strings.ContainsRune(a, 0) {
-			return nsinit.ExecSpec{}, 0, fmt.Errorf("command argument contains NUL: %w", sandbox.ErrInvalid)
-		}
-	}
-	env := map[string]string{}
 	var proxyEnv map[string]string
 	if i.proxy != nil {
 		proxyEnv = egress.Env(fmt.Sprintf("127.0.0.1:%d", egressPort))
 	}
-	for _, m := range []map[string]string{defaultEnv, i.imageEnv, proxyEnv, i.policy.Env, req.Env} {
-		for k, v := range m {
-			if err := sandbox.CheckEnv(k, v); err != nil {
-				return nsinit.ExecSpec{}, 0, err
-			}
-			env[k] = v
-		}
+	c, err := command.Check(i.policy, req, i.imageEnv, proxyEnv)
+	if err != nil {
+		return nsinit.ExecSpec{}, 0, err
 	}
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	envList := make([]string, 0, len(keys))
-	for _, k := range keys {
-		envList = append(envList, k+"="+env[k])
-	}
-	timeout := time.Duration(i.policy.Limits.Timeout)
-	if req.Timeout != 0 {
-		timeout = time.Duration(req.Timeout)
-		if timeout < 0 || timeout > 24*time.Hour {
-			return nsinit.ExecSpec{}, 0, fmt.Errorf("timeout %v out of range: %w", timeout, sandbox.ErrInvalid)
-		}
-	}
-	dir := req.Dir
-	if dir == "" {
-		dir = nsinit.WorkspaceDir
-	}
-	if !strings.HasPrefix(dir, "/") {
-		return nsinit.ExecSpec{}, 0, fmt.Errorf("working folder %q must be absolute: %w", dir, sandbox.ErrInvalid)
-	}
-	spec := nsinit.ExecSpec{Argv: req.Cmd, Env: envList, Dir: dir}
-	return spec, timeout, nil
+	return nsinit.ExecSpec{Argv: c.Argv, Env: c.Env, Dir: c.Dir}, c.Timeout, nil
 }
 
-// nsinit.Limits builds what init applies once and every command inherits:
+// sandboxLimits builds what init applies once and every command inherits:
 // the sandbox user, rlimits, Landlock. Where a cgroup controller is
-// missing, an nsinit.Rlimit stands in for it (weaker, and reported in
+// missing, an rlimit stands in for it (weaker, and reported in
 // Result.Weakened).
 func (i *instance) sandboxLimits(h *hostInfo) *nsinit.Limits {
 	lim := i.policy.Limits

@@ -2,13 +2,13 @@ package native
 
 import (
 	"fmt"
-	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
 	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -99,7 +99,7 @@ func cgroupsWritable(h *cgroupHost) error {
 func (h *hostInfo) weakened() []string {
 	var w []string
 	for _, c := range []struct{ ctl, fallback string }{
-		{ctlMemory, "memory: RLIMIT_AS per process, set just after the command starts, instead of a cgroup cap; no OOM report"},
+		{ctlMemory, "memory: RLIMIT_AS per process, set just after the command starts (and on what it forked meanwhile), instead of a cgroup cap; no OOM report"},
 		{ctlCPU, "cpu: no quota; RLIMIT_CPU, set just after the command starts, caps its CPU seconds instead"},
 		{ctlPids, "pids: RLIMIT_NPROC instead of a cgroup cap"},
 	} {

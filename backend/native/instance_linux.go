@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
 	"io"
 	"net"
 	"os"
@@ -17,6 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/backend/internal/command"
+	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
+	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -33,7 +35,7 @@ type instance struct {
 	fromPool bool              // came prestarted: its Destroy asks for a replacement
 
 	cmd      *exec.Cmd
-	initErr  *capBuffer // init's stderr, for error messages
+	initErr  *command.CapBuffer // init's stderr, for error messages
 	ch       *nsinit.Channel
 	cg       *cgroup       // nil when cgroups are unavailable
 	proxy    *egress.Proxy // nil when the network is off
@@ -45,7 +47,7 @@ type instance struct {
 	seq     atomic.Uint64
 	mu      sync.Mutex
 	pending map[uint64]chan nsinit.Message
-	gone    error // set once the control nsinit.Channel failed
+	gone    error // set once the control channel failed
 
 	destroy    sync.Once
 	destroyErr error
@@ -69,7 +71,7 @@ func (b *Backend) boot(h *hostInfo) (*instance, error) {
 
 func (i *instance) bootInit(h *hostInfo) error {
 	if h.cgroupErr == nil {
-		cg, err := h.cgroups.create(ownerPrefix() + newID())
+		cg, err := h.cgroups.create(hostdir.Owner() + "-" + hostdir.NewID())
 		if err != nil {
 			return err
 		}
@@ -79,7 +81,7 @@ func (i *instance) bootInit(h *hostInfo) error {
 	if err != nil {
 		return err
 	}
-	i.initErr = &capBuffer{max: 16 << 10}
+	i.initErr = command.NewCapBuffer(16<<10, nil)
 	i.hostRoot = -1
 	if h.root {
 		i.hostRoot = hostIDBase()
@@ -186,7 +188,7 @@ func (i *instance) serveEgress(files []*os.File) error {
 
 // initStderr returns what init printed, for error messages.
 func (i *instance) initStderr() string {
-	if i.initErr == nil || i.initErr.Len() == 0 {
+	if i.initErr == nil || i.initErr.String() == "" {
 		return ""
 	}
 	return " (init: " + strings.TrimSpace(i.initErr.String()) + ")"
@@ -217,7 +219,7 @@ func (i *instance) readLoop() {
 	}
 }
 
-// request sends one nsinit.Message to init and waits for its reply.
+// request sends one message to init and waits for its reply.
 // A zero m.Seq gets a fresh number.
 func (i *instance) request(ctx context.Context, m nsinit.Message, files ...*os.File) error {
 	if m.Seq == 0 {
@@ -254,44 +256,18 @@ func (i *instance) request(ctx context.Context, m nsinit.Message, files ...*os.F
 // PutInput stores r as /workspace/input/NAME, read-only inside. The file
 // lives in RAM, charged to this process, not to the sandbox's memory cap.
 func (i *instance) PutInput(ctx context.Context, name string, r io.Reader) error {
-	if err := checkInputName(name); err != nil {
-		return err
-	}
 	if i.inMount == nil {
 		return sandbox.ErrDestroyed
 	}
-	f, err := i.createInput(name)
-	if err != nil {
-		return fmt.Errorf("input %s: %w", name, err)
-	}
-	_, err = io.Copy(f, ctxReader{ctx, r})
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = unix.Unlinkat(int(i.inMount.Fd()), name, 0)
-		return fmt.Errorf("input %s: %w", name, err)
-	}
-	return nil
+	return hostdir.WriteInput(ctx, i.inMount, name, r, i.createInput)
 }
 
 // createInput creates the file in the input tmpfs. The tmpfs belongs to
 // the sandbox's user namespace, where host root has no id, so as root the
 // file is created by a thread whose filesystem ids are the sandbox root's.
-func (i *instance) createInput(name string) (*os.File, error) {
-	open := func() (*os.File, error) {
-		fd, err := unix.Openat2(int(i.inMount.Fd()), name, &unix.OpenHow{
-			Flags:   unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_CLOEXEC,
-			Mode:    0o444,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-		})
-		if err != nil {
-			return nil, err
-		}
-		return os.NewFile(uintptr(fd), name), nil
-	}
+func (i *instance) createInput(dir *os.File, name string) (*os.File, error) {
 	if i.hostRoot < 0 {
-		return open()
+		return hostdir.CreateInput(dir, name)
 	}
 	type result struct {
 		f   *os.File
@@ -302,38 +278,11 @@ func (i *instance) createInput(name string) (*os.File, error) {
 		runtime.LockOSThread() // never unlocked: the thread's ids are changed
 		unix.Setfsgid(i.hostRoot)
 		unix.Setfsuid(i.hostRoot)
-		f, err := open()
+		f, err := hostdir.CreateInput(dir, name)
 		done <- result{f, err}
 	}()
 	r := <-done
 	return r.f, r.err
-}
-
-// ctxReader stops a copy when its context ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
-
-// checkInputName accepts a plain file name: no folders, no dot names, no
-// control characters.
-func checkInputName(name string) error {
-	if name == "" || name == "." || name == ".." || len(name) > 255 || strings.ContainsAny(name, "/\\") {
-		return fmt.Errorf("input name %q: must be a plain file name: %w", name, sandbox.ErrInvalid)
-	}
-	for _, r := range name {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("input name %q: contains a control character: %w", name, sandbox.ErrInvalid)
-		}
-	}
-	return nil
 }
 
 // Output opens /workspace/output for the artifact filter.
@@ -380,54 +329,6 @@ func (i *instance) Destroy(ctx context.Context) error {
 		}
 	})
 	return i.destroyErr
-}
-
-// capBuffer keeps the first max bytes written to it and counts the rest;
-// it never fails a write, so the writer is never blocked or broken by it.
-// What it keeps may also be teed to another writer as it comes.
-type capBuffer struct {
-	mu        sync.Mutex
-	max       int64
-	buf       bytes.Buffer
-	total     int64
-	tee       io.Writer
-	teeFailed bool
-}
-
-func (c *capBuffer) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.total += int64(len(p))
-	room := c.max - int64(c.buf.Len())
-	if room <= 0 {
-		return len(p), nil
-	}
-	kept := p[:min(int64(len(p)), room)]
-	c.buf.Write(kept)
-	if c.tee != nil && !c.teeFailed {
-		if _, err := c.tee.Write(kept); err != nil {
-			c.teeFailed = true
-		}
-	}
-	return len(p), nil
-}
-
-func (c *capBuffer) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.Len()
-}
-
-func (c *capBuffer) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.buf.String()
-}
-
-func (c *capBuffer) truncated() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.total > int64(c.buf.Len())
 }
 
 // decodeStatus reads init's report; an empty report means the command

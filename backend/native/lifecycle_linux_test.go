@@ -1,7 +1,6 @@
 package native_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/native"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -82,28 +82,14 @@ func TestSupervisorKilled(t *testing.T) {
 		t.Skip("needs root to create cgroups (CI runs as root)")
 	}
 	mark := newMark(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CHILD=hold", "AIRLOCK_TEST_MARK="+mark)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if line != "ready\n" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("child: %q", line)
+	child := backendtest.StartChild(t, "AIRLOCK_TEST_CHILD=hold", "AIRLOCK_TEST_MARK="+mark)
+	if child.Line != "ready\n" {
+		t.Fatalf("child: %q", child.Line)
 	}
 	if len(hostProcesses(mark)) == 0 {
 		t.Fatal("the sandboxed sleep is not running")
 	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	child.Kill()
 	deadline := time.Now().Add(10 * time.Second)
 	for len(hostProcesses(mark)) > 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -111,12 +97,12 @@ func TestSupervisorKilled(t *testing.T) {
 	if left := hostProcesses(mark); len(left) > 0 {
 		t.Fatalf("sandbox processes outlived their airlock process: %v", left)
 	}
-	stale := leftoversOf(cmd.Process.Pid)
+	stale := leftoversOf(child.Pid)
 	if len(stale) == 0 {
 		t.Fatal("expected the killed process's cgroups to be left for cleanup")
 	}
-	removed := native.New(native.Options{}).CleanupStale()
-	if left := leftoversOf(cmd.Process.Pid); len(left) > 0 {
+	removed := native.New(native.Options{}).CleanupStale(context.Background())
+	if left := leftoversOf(child.Pid); len(left) > 0 {
 		t.Errorf("after CleanupStale, still left: %v (removed %v)", left, removed)
 	}
 	t.Logf("killed airlock's sandbox died with it; the next start removed %d cgroups", len(removed))

@@ -3,10 +3,8 @@ package native
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
 	"io"
 	"log/slog"
 	"os"
@@ -18,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
+	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
 	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -70,7 +70,7 @@ func (b *Backend) Probe(ctx context.Context) error { return b.hostInfo().probeEr
 
 // CleanupStale removes what sandboxes of dead airlock processes left (their
 // cgroups). Create calls it once per Backend; it returns what it removed.
-func (b *Backend) CleanupStale() []string {
+func (b *Backend) CleanupStale(ctx context.Context) []string {
 	h := b.hostInfo()
 	if h.cgroupErr != nil {
 		return nil
@@ -203,11 +203,9 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	if err != nil {
 		return nil, err
 	}
-	b.cleaned.Do(func() { b.CleanupStale() })
-	id := spec.ID
-	if id == "" {
-		id = newID()
-	} else if err := checkID(id); err != nil {
+	b.cleaned.Do(func() { b.CleanupStale(ctx) })
+	id, err := hostdir.PickID(spec.ID)
+	if err != nil {
 		return nil, err
 	}
 	inst, err := b.booted(h)
@@ -256,25 +254,6 @@ func (b *Backend) rootPlan(name string) ([]nsinit.RootEntry, map[string]string, 
 		return plan, img.Manifest.Env, err
 	}
 	return nil, nil, fmt.Errorf("image %q: not built (see 'airlock image ls'), and not a folder: %w", name, sandbox.ErrNotFound)
-}
-
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// checkID accepts ids that are safe in cgroup folder names and logs.
-func checkID(id string) error {
-	if len(id) == 0 || len(id) > 64 {
-		return fmt.Errorf("sandbox id %q: 1 to 64 characters: %w", id, sandbox.ErrInvalid)
-	}
-	for _, r := range id {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.') {
-			return fmt.Errorf("sandbox id %q: only letters, digits, '_' and '.': %w", id, sandbox.ErrInvalid)
-		}
-	}
-	return nil
 }
 
 // hostIDBase picks the host uid/gid range for one sandbox when running as

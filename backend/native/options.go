@@ -14,7 +14,7 @@ type Options struct {
 	CgroupParent string
 	// Images finds built images by name; nil means only "host" and folder
 	// paths are accepted.
-	Images ImageStore
+	Images image.Lookup
 	// Logger receives lifecycle events; nil discards them.
 	Logger *slog.Logger
 	// Prestart keeps this many sandboxes started ahead: namespaces made,
@@ -26,9 +26,4 @@ type Options struct {
 	// EgressHooks replace the egress proxy's lookups and dials. They are
 	// for tests; no policy can set them.
 	EgressHooks egress.Hooks
-}
-
-// ImageStore finds built images by name; *image.Store is one.
-type ImageStore interface {
-	Get(name string) (*image.Image, error)
 }

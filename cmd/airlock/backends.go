@@ -2,31 +2,56 @@ package main
 
 import (
 	"fmt"
-	"sort"
+	"os/exec"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/backend/docker"
+	"github.com/airlock-sandbox/airlock/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/backend/native"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 // backendNames lists the backends this binary can run, in doctor's order.
-var backendNames = []string{"native"}
+var backendNames = []string{"native", "docker", "gvisor"}
+
+// backendOptions are the settings of a backend that the command line
+// gives; they apply to the backends that know them.
+type backendOptions struct {
+	// runtime is the Docker runtime, runc or runsc.
+	runtime string
+}
 
 // newBackend returns the named backend, resolving image names through the
-// image store when there is one.
-func newBackend(env *cliEnv, name string) (sandbox.Backend, error) {
+// image store when there is one. The caller closes it.
+func newBackend(env *cliEnv, name string, o backendOptions) (sandbox.Backend, error) {
+	if o.runtime != "" && name != "docker" {
+		return nil, fmt.Errorf("--runtime applies to --backend docker only: %w", sandbox.ErrInvalid)
+	}
+	var images image.Lookup
+	if store := imageStore(env); store != nil {
+		images = store
+	}
 	switch name {
 	case "native":
-		opts := native.Options{}
-		if store := imageStore(env); store != nil {
-			opts.Images = store
+		return native.New(native.Options{Images: images}), nil
+	case "docker":
+		rt := o.runtime
+		if rt == "" {
+			rt = env.getenv("AIRLOCK_DOCKER_RUNTIME")
 		}
-		return native.New(opts), nil
+		if rt != "" && rt != docker.RuntimeRunc && rt != docker.RuntimeRunsc {
+			return nil, fmt.Errorf("docker runtime %q: want %s or %s: %w", rt, docker.RuntimeRunc, docker.RuntimeRunsc, sandbox.ErrInvalid)
+		}
+		return docker.New(docker.Options{Runtime: rt, Images: images}), nil
+	case "gvisor":
+		runsc := env.getenv("AIRLOCK_RUNSC")
+		if runsc == "" {
+			runsc, _ = exec.LookPath("runsc")
+		}
+		return gvisor.New(gvisor.Options{Runsc: runsc, Images: images}), nil
 	}
-	names := append([]string(nil), backendNames...)
-	sort.Strings(names)
-	return nil, fmt.Errorf("unknown backend %q (have: %s): %w", name, strings.Join(names, ", "), sandbox.ErrInvalid)
+	return nil, fmt.Errorf("unknown backend %q (have: %s): %w", name, strings.Join(backendNames, ", "), sandbox.ErrInvalid)
 }
 
 // imageStore opens the default image store, or returns nil when there is

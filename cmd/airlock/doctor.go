@@ -44,7 +44,7 @@ func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
 	rep := doctorReport{Default: def}
 	defaultOK := false
 	for _, name := range backendNames {
-		be, err := newBackend(env, name)
+		be, err := newBackend(env, name, backendOptions{})
 		if err != nil {
 			rep.Backends = append(rep.Backends, doctorBackend{Capabilities: sandbox.Capabilities{Backend: name}, Error: err.Error()})
 			continue
@@ -55,6 +55,7 @@ func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
 		} else {
 			d.Usable = true
 		}
+		be.Close()
 		if name == def {
 			defaultOK = d.Usable
 		}

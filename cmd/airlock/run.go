@@ -25,11 +25,11 @@ Exit status: the command's own; 124 timed out; 137 killed for memory; 125 airloc
 
 // runOptions are the parsed flags of airlock run.
 type runOptions struct {
-	backend, image, output, lang, code string
-	inputs, envs, allowHosts           listFlag
-	json, strict, stdin                bool
-	policy                             sandbox.Policy
-	cmd                                []string
+	backend, runtime, image, output, lang, code string
+	inputs, envs, allowHosts                    listFlag
+	json, strict, stdin                         bool
+	policy                                      sandbox.Policy
+	cmd                                         []string
 }
 
 // maxInlineCode bounds --code: the script travels as one argument.
@@ -50,7 +50,8 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 		def = "native"
 	}
 	l := &o.policy.Limits
-	fs.StringVar(&o.backend, "backend", def, "backend: native (env AIRLOCK_BACKEND)")
+	fs.StringVar(&o.backend, "backend", def, "backend: native, docker or gvisor (env AIRLOCK_BACKEND)")
+	fs.StringVar(&o.runtime, "runtime", "", "with --backend docker: runc or runsc (env AIRLOCK_DOCKER_RUNTIME; default runc)")
 	fs.StringVar(&o.image, "image", "host", `image: "host", a built image name, or a rootfs folder`)
 	fs.Var(&o.inputs, "input", "PATH[:NAME] of a host file to put read-only at /workspace/input/NAME (repeatable)")
 	fs.StringVar(&o.output, "output", "", "host folder that receives the accepted files of /workspace/output")
@@ -193,10 +194,11 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 			return fail(fmt.Errorf("--output: %w", err))
 		}
 	}
-	be, err := newBackend(env, o.backend)
+	be, err := newBackend(env, o.backend, backendOptions{runtime: o.runtime})
 	if err != nil {
 		return fail(err)
 	}
+	defer be.Close()
 	res, err := runOnce(ctx, env, be, o, inputs)
 	if err != nil {
 		return fail(err)

@@ -58,11 +58,23 @@ r = libc.mount(b"tmpfs", b"/usr", b"tmpfs", 0, None)
 report("mount tmpfs over /usr", r != 0, f"result={r} errno={ctypes.get_errno()}")
 
 # /proc and /sys
+def write_unbuffered(path, data):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
 for path in ("/proc/sys/kernel/hostname", "/proc/sys/vm/drop_caches", "/proc/sysrq-trigger",
              "/proc/sys/kernel/core_pattern", "/sys/kernel/uevent_helper", "/sys/fs/cgroup/cgroup.procs",
-             "/proc/self/oom_score_adj", "/proc/1/oom_score_adj"):
-    e = os_error(lambda: open(path, "w").write("1"))
+             "/proc/1/oom_score_adj"):
+    e = os_error(lambda: write_unbuffered(path, b"1"))
     report("write " + path, e != "", e or "written")
+# lowering one's own oom score (1000, so that the host kills sandboxed
+# code first under memory pressure) needs CAP_SYS_RESOURCE
+e = os_error(lambda: write_unbuffered("/proc/self/oom_score_adj", b"0"))
+report("lower /proc/self/oom_score_adj", e != "", e or "written")
 for path in ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/kallsyms"):
     try:
         data = open(path, "rb").read(4096)

@@ -1,6 +1,6 @@
-// Package testimage finds, for the tests of the image-based backends, the
-// built-in python image that .ci/lib/image.sh builds: in $AIRLOCK_HOME's
-// store, else in the newest store of the CI cache.
+// Package testimage finds, for the tests of the backends that run images,
+// the built-in python image that .ci/lib/image.sh builds: in
+// $AIRLOCK_HOME's store, else in the newest store of the CI cache.
 package testimage
 
 import (
@@ -33,11 +33,7 @@ func Find() (*image.Store, error) {
 	if h := os.Getenv("AIRLOCK_HOME"); h != "" {
 		dirs = append(dirs, filepath.Join(h, "images"))
 	}
-	cache := os.Getenv("AIRLOCK_CI_CACHE")
-	if cache == "" {
-		cache = "/var/cache/airlock-ci"
-	}
-	homes, _ := filepath.Glob(filepath.Join(cache, "home-*", "images"))
+	homes, _ := filepath.Glob(filepath.Join(CacheDir(), "home-*", "images"))
 	sort.Slice(homes, func(i, j int) bool { return modTime(homes[i]) > modTime(homes[j]) })
 	dirs = append(dirs, homes...)
 	for _, d := range dirs {
@@ -61,4 +57,24 @@ func modTime(p string) int64 {
 		return 0
 	}
 	return st.ModTime().UnixNano()
+}
+
+// CacheDir is the CI cache, where .ci/lib builds runsc and the images.
+func CacheDir() string {
+	if c := os.Getenv("AIRLOCK_CI_CACHE"); c != "" {
+		return c
+	}
+	return "/var/cache/airlock-ci"
+}
+
+// Folder returns the python image's root file system as a folder image:
+// the same files, without the image's own environment (which the suite's
+// environment check does not expect), or skips t as Store does.
+func Folder(t testing.TB) string {
+	t.Helper()
+	img, err := Store(t).Get(Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img.RootFS()
 }

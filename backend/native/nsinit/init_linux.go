@@ -203,13 +203,10 @@ func (in *initState) exec(seq uint64, files []*os.File) error {
 		writeStatus(status, ExecStatus{Error: err.Error(), ExitCode: code})
 		return nil
 	}
-	for _, rl := range in.limits.CommandRlimits {
-		lim := unix.Rlimit{Cur: rl.Cur, Max: rl.Max}
-		if err := unix.Prlimit(pid, rl.Resource, &lim, nil); err != nil {
-			_ = unix.Kill(pid, unix.SIGKILL)
-			writeStatus(status, ExecStatus{Error: fmt.Sprintf("limit %d: %v", rl.Resource, err), ExitCode: 126})
-			return nil
-		}
+	if err := limitAll(in.limits.CommandRlimits); err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		writeStatus(status, ExecStatus{Error: err.Error(), ExitCode: 126})
+		return nil
 	}
 	// Under memory pressure on the host, sandboxed code goes first.
 	_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(strconv.Itoa(in.limits.OOMScoreAdj)), 0)
@@ -315,6 +312,43 @@ func (in *initState) kill(seq uint64) {
 		_ = unix.Kill(pid, unix.SIGKILL)
 	}
 	_ = unix.Kill(c.pid, unix.SIGKILL)
+}
+
+// limitAll sets the per-command rlimits on every process of the sandbox
+// but init. The command ran from its fork on and may have forked before
+// its limits came: children inherit limits only when they are forked. So
+// each pass sets them on every process that lacks them, until a pass
+// finds none (a process that has them passes them on).
+func limitAll(rls []Rlimit) error {
+	for changed := len(rls) > 0; changed; {
+		changed = false
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			return fmt.Errorf("limits: %w", err)
+		}
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == 1 {
+				continue
+			}
+			for _, rl := range rls {
+				var cur unix.Rlimit
+				want := unix.Rlimit{Cur: rl.Cur, Max: rl.Max}
+				err := unix.Prlimit(pid, rl.Resource, nil, &cur)
+				if err == nil && cur.Cur <= want.Cur && cur.Max <= want.Max {
+					continue // as low as the policy's, or lower by the process's own choice
+				}
+				if err == nil {
+					err = unix.Prlimit(pid, rl.Resource, &want, nil)
+					changed = true
+				}
+				if err != nil && err != unix.ESRCH {
+					return fmt.Errorf("limit %d of process %d: %w", rl.Resource, pid, err)
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // descendants lists the processes below pid, read from /proc.

@@ -12,7 +12,7 @@ import (
 )
 
 // The supervisor (the airlock process) and the sandbox's init talk over a
-// SOCK_SEQPACKET socket pair: one JSON Message per packet, file
+// SOCK_SEQPACKET socket pair: one JSON message per packet, file
 // descriptors passed alongside with SCM_RIGHTS. Large payloads never cross
 // this socket; they travel through pipes passed as descriptors.
 
@@ -27,10 +27,10 @@ const (
 	OpDone   = "done"   // init -> supervisor: request Seq finished
 )
 
-// maxPacket bounds one control Message; configs are a few kilobytes.
+// maxPacket bounds one control message; configs are a few kilobytes.
 const maxPacket = 1 << 20
 
-// maxFDs bounds the descriptors one Message may carry.
+// maxFDs bounds the descriptors one message may carry.
 const maxFDs = 8
 
 // Message is one packet on the control socket.

@@ -147,7 +147,7 @@ func buildDev(dev string) error {
 	if err := os.Mkdir(join(dev, "shm"), 0o755); err != nil {
 		return err
 	}
-	// POSIX Message queues of the sandbox's own IPC namespace; Landlock
+	// POSIX message queues of the sandbox's own IPC namespace; Landlock
 	// lets commands write only here and in the writable folders.
 	mq := join(dev, "mqueue")
 	if err := os.Mkdir(mq, 0o755); err != nil {

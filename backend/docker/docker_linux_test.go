@@ -1,0 +1,135 @@
+package docker_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/backend/docker"
+	"github.com/airlock-sandbox/airlock/backend/internal/containertest"
+	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
+	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
+	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+)
+
+func TestMain(m *testing.M) {
+	if childMode() {
+		return
+	}
+	os.Exit(backendtest.Main(m, leftovers))
+}
+
+// stateDir is the backend's default folder for the sandboxes' folders.
+const stateDir = "/run/airlock/docker"
+
+// leftovers lists the containers and folders of this test process's
+// sandboxes: those labelled, or named, after it as owner.
+func leftovers() []string {
+	out := containertest.OwnFolders(stateDir)
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return out
+	}
+	defer cli.Close()
+	list, err := cli.ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", "airlock.owner="+hostdir.Owner()))})
+	if err != nil {
+		return out
+	}
+	for _, c := range list {
+		out = append(out, "container "+c.ID[:12]+" ("+c.State+")")
+	}
+	return out
+}
+
+// backends remembers every backend a test made, to close their
+// connections to the daemon at the end.
+type backends struct {
+	mu   sync.Mutex
+	list []*docker.Backend
+}
+
+func (bs *backends) new(opts docker.Options) *docker.Backend {
+	b := docker.New(opts)
+	bs.mu.Lock()
+	bs.list = append(bs.list, b)
+	bs.mu.Unlock()
+	return b
+}
+
+func (bs *backends) close() {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, b := range bs.list {
+		_ = b.Close()
+	}
+}
+
+// skips are the suite's checks that the docker backend answers otherwise,
+// on either runtime, and why.
+var skips = containertest.Merge(containertest.ImageSkips, map[string]string{
+	"/dev is minimal": "Docker creates /dev/tty (c 5:0) in every container and no API option removes it; " +
+		"opening it needs a controlling terminal, which no exec has",
+	"open /dev/tty": "Docker creates /dev/tty in every container; without a controlling terminal open() fails with ENXIO",
+})
+
+// runcSkips are the checks that differ with runc.
+var runcSkips = map[string]string{
+	"lower /proc/self/oom_score_adj": "with no Landlock to refuse the write, a command may lower its score to the floor, and " +
+		"raising the floor to 1000 needs CAP_SYS_RESOURCE on the host, which this machine lacks (TestOOMScoreAdj)",
+	"every mount is nosuid": "Docker mounts the image's root, /etc/hosts, /etc/hostname, /etc/resolv.conf and its init without nosuid, " +
+		"and no API option changes that; no_new_privs makes setuid bits inert and built images have none (see 'setuid binaries gain nothing')",
+	"uid 0 is not host root": "without dockerd --userns-remap the container shares the host's user namespace; " +
+		"no process in it ever runs as uid 0 (init and keeper run as 65534, commands as 1000, no capabilities, no_new_privs)",
+}
+
+func runSuite(t *testing.T, runtimeName string, extra map[string]string) {
+	store := testimage.Store(t)
+	var bs backends
+	defer bs.close()
+	be := bs.new(docker.Options{Runtime: runtimeName, Images: store})
+	testenv.Require(t, "docker with runtime "+runtimeName+" (bash .ci/lib/docker.sh start)", be.Probe(context.Background()))
+	weak, _ := be.Weakened(context.Background())
+	var weakErr error
+	if len(weak) > 0 {
+		weakErr = errors.New(strings.Join(weak, "; "))
+	}
+	testenv.Require(t, "the runtime's full form", weakErr)
+	cfg := backendtest.Config{
+		Backend:     be,
+		Image:       testimage.Folder(t),
+		DataImage:   containertest.Image,
+		Skip:        containertest.Merge(skips, extra),
+		Leftovers:   leftovers,
+		PidsReserve: docker.KeeperTasks,
+	}
+	if runtimeName == docker.RuntimeRunc {
+		cfg.WithEgressHooks = func(h egress.Hooks) sandbox.Backend {
+			return bs.new(docker.Options{Runtime: runtimeName, Images: store, EgressHooks: h})
+		}
+	}
+	backendtest.Run(t, cfg)
+}
+
+func TestSuiteRunc(t *testing.T) {
+	runSuite(t, docker.RuntimeRunc, runcSkips)
+}
+
+// runscSkips add to gVisor's what differs under Docker.
+var runscSkips = containertest.Merge(containertest.GVisorSkips, map[string]string{
+	"only lo exists": "under Docker's --network=none, gVisor's netstack (runsc's default network mode) has no interface at all, " +
+		"not even lo; every connection fails, as the other network checks show",
+})
+
+func TestSuiteRunsc(t *testing.T) {
+	runSuite(t, docker.RuntimeRunsc, runscSkips)
+}

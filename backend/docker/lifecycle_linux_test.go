@@ -1,0 +1,230 @@
+package docker_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/backend/docker"
+	"github.com/airlock-sandbox/airlock/backend/internal/containertest"
+	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"golang.org/x/sys/unix"
+)
+
+// childMode lets the test binary play a second airlock process: it holds
+// a sandbox until it is killed.
+func childMode() bool {
+	if os.Getenv("AIRLOCK_TEST_CHILD") != "hold" {
+		return false
+	}
+	store, err := testimage.Find()
+	if err != nil {
+		fmt.Println("error", err)
+		return true
+	}
+	be := docker.New(docker.Options{Images: store})
+	p, _ := sandbox.Policy{}.Normalize()
+	inst, err := be.Create(context.Background(), sandbox.Spec{Image: containertest.Image, Policy: p})
+	if err != nil {
+		fmt.Println("error", err)
+		return true
+	}
+	fmt.Println("ready", inst.ID())
+	select {}
+}
+
+// backend returns a docker backend on runtime, closed at the end of the
+// test, or skips the test where the daemon cannot give the runtime's full
+// form.
+func backend(t *testing.T, runtimeName string) *docker.Backend {
+	t.Helper()
+	be := docker.New(docker.Options{Runtime: runtimeName, Images: testimage.Store(t)})
+	t.Cleanup(func() { be.Close() })
+	ctx := context.Background()
+	testenv.Require(t, "docker with runtime "+runtimeName+" (bash .ci/lib/docker.sh start)", be.Probe(ctx))
+	if weak, _ := be.Weakened(ctx); len(weak) > 0 {
+		testenv.Require(t, "the runtime's full form", fmt.Errorf("%s", strings.Join(weak, "; ")))
+	}
+	return be
+}
+
+func TestMemoryEndsSandboxRunsc(t *testing.T) {
+	containertest.MemoryEndsSandbox(t, backend(t, docker.RuntimeRunsc), containertest.Image)
+}
+
+// TestOOMScoreAdj checks with an unbuffered write that a command cannot
+// lower its OOM score below 1000. Only a process with CAP_SYS_RESOURCE
+// can set that floor, so the test needs it.
+func TestOOMScoreAdj(t *testing.T) {
+	if !hasCap(t, unix.CAP_SYS_RESOURCE) {
+		t.Skip("this process lacks CAP_SYS_RESOURCE, so neither it nor the daemon it started can make 1000 a floor for commands' OOM scores")
+	}
+	be := backend(t, docker.RuntimeRunc)
+	p, _ := sandbox.Policy{}.Normalize()
+	inst, err := be.Create(context.Background(), sandbox.Spec{Image: containertest.Image, Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Destroy(context.Background())
+	res, err := inst.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"python3", "-c", `
+import errno, os
+fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+try:
+    os.write(fd, b"1")
+    print("written")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+print(open("/proc/self/oom_score_adj").read().strip())
+`}})
+	if err != nil || res.Stdout != "EACCES\n1000\n" {
+		t.Errorf("lowering oom_score_adj: %q %q %v, want EACCES and 1000", res.Stdout, res.Stderr, err)
+	}
+}
+
+// TestStaleCleanup kills an airlock process that holds a sandbox: its
+// container and folder stay, and the next Backend removes them, but not
+// the sandboxes of live processes.
+func TestStaleCleanup(t *testing.T) {
+	be := backend(t, docker.RuntimeRunc)
+	p, _ := sandbox.Policy{}.Normalize()
+	mine, err := be.Create(context.Background(), sandbox.Spec{Image: containertest.Image, Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Destroy(context.Background())
+	child := backendtest.StartChild(t, "AIRLOCK_TEST_CHILD=hold")
+	var id string
+	if _, err := fmt.Sscanf(child.Line, "ready %s", &id); err != nil {
+		t.Fatalf("child: %q", child.Line)
+	}
+	child.Kill()
+	if n := containersOf(t, id); n != 1 {
+		t.Fatalf("the dead process's sandbox %s has %d containers; want 1 to clean", id, n)
+	}
+	fresh := docker.New(docker.Options{})
+	defer fresh.Close()
+	removed := fresh.CleanupStale(context.Background())
+	if len(removed) != 2 || !strings.HasPrefix(removed[0], "container ") || !strings.HasSuffix(removed[1], "-"+id) {
+		t.Errorf("removed %v, want the container and folder of sandbox %s only", removed, id)
+	}
+	if n := containersOf(t, id); n != 0 {
+		t.Errorf("the dead process's container is still there")
+	}
+	if res, err := mine.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"echo", "alive"}}); err != nil || res.Stdout != "alive\n" {
+		t.Errorf("a live process's sandbox after the cleanup: %q %v", res.Stdout, err)
+	}
+}
+
+// containersOf counts the containers labelled with a sandbox id.
+func containersOf(t *testing.T, id string) int {
+	t.Helper()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	list, err := cli.ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", "airlock.sandbox="+id))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list)
+}
+
+// TestFolderImage runs a folder as the image: a tiny root made of the
+// host's shell and a few coreutils, imported once and reused.
+func TestFolderImage(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("the tiny root copies x86_64 library paths; this is %s", runtime.GOARCH)
+	}
+	be := backend(t, docker.RuntimeRunc)
+	root := tinyRoot(t)
+	p, _ := sandbox.Policy{}.Normalize()
+	for round := range 2 {
+		inst, err := be.Create(context.Background(), sandbox.Spec{Image: root, Policy: p})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		res, err := inst.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"echo", "from a folder"}})
+		if err != nil || res.Stdout != "from a folder\n" || res.ExitCode != 0 {
+			t.Errorf("round %d: %q %q %d %v", round, res.Stdout, res.Stderr, res.ExitCode, err)
+		}
+		if err := inst.Destroy(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// tinyRoot copies the host's dash, env, sleep, echo and their libraries
+// into a new root folder.
+func tinyRoot(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	files := map[string]string{
+		"usr/bin/sh": "/bin/dash", "usr/bin/env": "/usr/bin/env", "usr/bin/sleep": "/usr/bin/sleep",
+		"usr/bin/echo": "/usr/bin/echo", "usr/lib/x86_64-linux-gnu/libc.so.6": "/lib/x86_64-linux-gnu/libc.so.6",
+		"usr/lib64/ld-linux-x86-64.so.2": "/lib64/ld-linux-x86-64.so.2",
+	}
+	for dst, src := range files {
+		copyFile(t, src, filepath.Join(root, dst))
+	}
+	for _, l := range [][2]string{{"bin", "usr/bin"}, {"lib", "usr/lib"}, {"lib64", "usr/lib64"}} {
+		if err := os.Symlink(l[1], filepath.Join(root, l[0])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"tmp", "proc", "dev", "sys", "etc", "workspace/input", "workspace/output"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	in, err := os.Open(src)
+	if err != nil {
+		t.Skipf("the tiny root needs %s: %v", src, err)
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hasCap tells whether this process has a capability in its effective set.
+func hasCap(t *testing.T, c int) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<c) != 0
+		}
+	}
+	return false
+}

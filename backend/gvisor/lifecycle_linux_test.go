@@ -1,0 +1,115 @@
+package gvisor_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/backend/gvisor"
+	"github.com/airlock-sandbox/airlock/backend/internal/containertest"
+	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// childMode lets the test binary play a second airlock process: it holds
+// a sandbox until it is killed.
+func childMode() bool {
+	if os.Getenv("AIRLOCK_TEST_CHILD") != "hold" {
+		return false
+	}
+	be := gvisor.New(gvisor.Options{Runsc: os.Getenv("AIRLOCK_TEST_RUNSC")})
+	p, _ := sandbox.Policy{}.Normalize()
+	inst, err := be.Create(context.Background(), sandbox.Spec{Image: "host", Policy: p})
+	if err != nil {
+		fmt.Println("error", err)
+		return true
+	}
+	fmt.Println("ready", inst.ID())
+	select {}
+}
+
+func TestMemoryEndsSandbox(t *testing.T) {
+	containertest.MemoryEndsSandbox(t, newBackend(t, nil), "host")
+}
+
+// sandboxProcesses lists the host pids serving one sandbox: the sentry
+// and the gofer, whose command lines name its runsc state folder.
+func sandboxProcesses(owner, id string) []string {
+	arg := "--root=" + filepath.Join(stateDir, owner+"-"+id, "runsc")
+	var pids []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), arg+"\x00") {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
+}
+
+// TestOOMScoreAdj checks that the processes serving a sandbox are the
+// host's first OOM victims: oom_score_adj inside gVisor is the sentry's
+// own number.
+func TestOOMScoreAdj(t *testing.T) {
+	be := newBackend(t, nil)
+	p, _ := sandbox.Policy{}.Normalize()
+	inst, err := be.Create(context.Background(), sandbox.Spec{Image: "host", Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Destroy(context.Background())
+	pids := sandboxProcesses(hostdir.Owner(), inst.ID())
+	if len(pids) < 2 {
+		t.Fatalf("sentry and gofer not found: %v", pids)
+	}
+	for _, pid := range pids {
+		b, err := os.ReadFile(filepath.Join("/proc", pid, "oom_score_adj"))
+		if err != nil || strings.TrimSpace(string(b)) != "1000" {
+			t.Errorf("process %s serving the sandbox: oom_score_adj %q %v, want 1000", pid, b, err)
+		}
+	}
+}
+
+// TestStaleCleanup kills an airlock process that holds a sandbox: the
+// sandbox outlives it, and the next Backend deletes it and its folder,
+// but not the sandboxes of live processes.
+func TestStaleCleanup(t *testing.T) {
+	be := newBackend(t, nil)
+	p, _ := sandbox.Policy{}.Normalize()
+	mine, err := be.Create(context.Background(), sandbox.Spec{Image: "host", Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Destroy(context.Background())
+	child := backendtest.StartChild(t, "AIRLOCK_TEST_CHILD=hold", "AIRLOCK_TEST_RUNSC="+containertest.Runsc(t))
+	var id string
+	if _, err := fmt.Sscanf(child.Line, "ready %s", &id); err != nil {
+		t.Fatalf("child: %q", child.Line)
+	}
+	owner := child.Owner
+	child.Kill()
+	if len(sandboxProcesses(owner, id)) == 0 {
+		t.Fatalf("the dead process's sandbox %s is not running; nothing to clean", id)
+	}
+	removed := gvisor.New(gvisor.Options{Runsc: containertest.Runsc(t)}).CleanupStale(context.Background())
+	want := filepath.Join(stateDir, owner+"-"+id)
+	if len(removed) != 1 || removed[0] != want {
+		t.Errorf("removed %v, want only %s", removed, want)
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(sandboxProcesses(owner, id)) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead process's sandbox still runs: %v", sandboxProcesses(owner, id))
+		}
+	}
+	if _, err := os.Stat(want); !os.IsNotExist(err) {
+		t.Errorf("its folder is still there: %v", err)
+	}
+	if res, err := mine.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"echo", "alive"}}); err != nil || res.Stdout != "alive\n" {
+		t.Errorf("a live process's sandbox after the cleanup: %q %v", res.Stdout, err)
+	}
+}

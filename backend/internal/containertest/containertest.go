@@ -1,0 +1,85 @@
+// Package containertest holds what the tests of the container backends
+// (docker, gvisor) share: the runsc binary, the suite's checks that
+// gVisor or an image root answer otherwise with the reasons, and checks of
+// their own (see checks.go).
+package containertest
+
+import (
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
+	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
+)
+
+// Image is the image the suites run.
+const Image = testimage.Name
+
+// Runsc finds runsc in PATH, else the one .ci/lib/runsc.sh built, or skips
+// t (fails it under CI).
+func Runsc(t testing.TB) string {
+	t.Helper()
+	if p, err := exec.LookPath("runsc"); err == nil {
+		return p
+	}
+	found, _ := filepath.Glob(filepath.Join(testimage.CacheDir(), "runsc-*", "runsc"))
+	var err error
+	if len(found) == 0 {
+		err = errors.New("no runsc in PATH or in " + testimage.CacheDir())
+	}
+	testenv.Require(t, "gVisor's runsc (bash .ci/lib/runsc.sh builds it)", err)
+	return found[0]
+}
+
+// OwnFolders lists, as leftovers, the sandbox folders under base that
+// this test process owns (hostdir names them after their owner).
+func OwnFolders(base string) []string {
+	var out []string
+	dirs, _ := filepath.Glob(filepath.Join(base, hostdir.Owner()+"-*"))
+	for _, d := range dirs {
+		out = append(out, "folder "+d)
+	}
+	return out
+}
+
+// Merge joins skip maps; later ones win.
+func Merge(ms ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// ImageSkips are the checks that an image root answers otherwise than
+// the host's folders.
+var ImageSkips = map[string]string{
+	"read /home": "the image has its own /home (empty, from Debian's base-files); the host's /home is not mounted " +
+		"(read host canary and the /proc/*/root checks cover host files)",
+	"list /home": "the image has its own empty /home; the host's is not mounted",
+}
+
+// GVisorSkips are the checks that gVisor answers otherwise, and why.
+var GVisorSkips = map[string]string{
+	"memory cap": "gVisor does not enforce the memory cap itself: the host's cgroup does, and its OOM killer ends the sentry, " +
+		"which is the whole sandbox; the command's Result says oom_killed with exit 137 and the sandbox is destroyed, " +
+		"so the test's second command cannot run (TestMemoryEndsSandbox checks this)",
+	"pids_limit_hit reported": "the sandbox's tasks are capped by RLIMIT_NPROC, which the sentry enforces (forks beyond it " +
+		"fail with EAGAIN), but the host sees no refusal to report as pids_limit_hit; a cgroup pids cap counts the " +
+		"sentry's own threads and crashes it at the cap (gVisor issue 2490), so the cgroup only has a safety net",
+	"lower /proc/self/oom_score_adj": "oom_score_adj inside is a number of gVisor's kernel with no effect on the host; " +
+		"the sentry's own host score is 1000 (TestOOMScoreAdj checks it)",
+	"open /dev/tty":   "gVisor's own /dev has a tty device of the sentry; without a controlling terminal open() fails with ENXIO",
+	"/dev is minimal": "gVisor's /dev also holds tty, fuse and net/tun, all implemented inside the sentry: no host device is reachable",
+	"every mount is nosuid": "gVisor's root and /dev/pts show no nosuid (its binds do); no_new_privs makes setuid bits inert, " +
+		"and setuid would only change ids inside the sentry",
+	"uid 0 is not host root": "the uid_map inside is gVisor's own user namespace: no sandbox uid is a host uid, the sentry serves " +
+		"every system call; the sentry itself runs as host root with five capabilities under its own seccomp filter (rootful runsc)",
+	"artifact fifo":   "a FIFO made inside gVisor lives in the sentry only; none appears in the host folder, so the filter sees nothing",
+	"artifact socket": "a unix socket bound inside gVisor lives in the sentry only; none appears in the host folder",
+}
