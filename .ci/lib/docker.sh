@@ -50,11 +50,13 @@ install_docker() {
 }
 
 # register_runsc adds the runtime to daemon.json, keeping every other key.
+# runsc gets --oci-seccomp so that it applies the seccomp profile of each
+# container (airlock's) inside the sandbox; without it, runsc ignores it.
 register_runsc() {
 	local runsc=$1 current='{}' merged
 	mkdir -p "$(dirname "$config")"
 	[ -s "$config" ] && current=$(cat "$config")
-	merged=$(jq --arg path "$runsc" '.runtimes.runsc.path = $path' <<< "$current") ||
+	merged=$(jq --arg path "$runsc" '.runtimes.runsc.path = $path | .runtimes.runsc.runtimeArgs = ["--oci-seccomp"]' <<< "$current") ||
 		fail "$config is not valid JSON"
 	if [ "$merged" != "$(jq . <<< "$current")" ]; then
 		step "registering $runsc as runtime runsc in $config"
@@ -108,7 +110,10 @@ probe() {
 		tar -C "$work/rootfs" -c . | docker_cli import - "$probe_image" > /dev/null
 	fi
 	step "running $probe_image with --runtime=runsc"
-	out=$(docker_cli run --rm --runtime=runsc --network=none "$probe_image" \
+	# dmesg shows gVisor's banner; the default seccomp profile (applied inside
+	# gVisor with --oci-seccomp) refuses syslog, so this one container runs
+	# without it.
+	out=$(docker_cli run --rm --runtime=runsc --network=none --security-opt seccomp=unconfined "$probe_image" \
 		/bin/busybox sh -c 'echo hello from $(busybox uname -s); busybox dmesg | busybox head -n 1' 2>&1) ||
 		fail "docker run --runtime=runsc failed: $out"
 	case $out in
