@@ -264,12 +264,13 @@ func BenchmarkIdleMemory(b *testing.B) {
 	})
 }
 
-// nativeRSS adds up the processes of the sandbox's cgroup, whose name
-// ends in the sandbox id: its init, when idle.
+// nativeRSS adds up the processes in the cgroups of this process's native
+// sandboxes (airlock/OWNER-…; their names do not carry the sandbox id, and
+// one sandbox lives at a time here): its init, when idle.
 func nativeRSS(id string) (int64, error) {
 	var pids []string
 	for _, p := range procs() {
-		if strings.Contains(p.cgroup, "-"+id+"\n") {
+		if strings.Contains(p.cgroup, ":/airlock/"+hostdir.Owner()+"-") {
 			pids = append(pids, p.pid)
 		}
 	}
