@@ -1,7 +1,7 @@
 // Package containertest holds what the tests of the container backends
 // (docker, gvisor) share: the runsc binary, the suite's checks that
 // gVisor or an image root answer otherwise with the reasons, and checks of
-// their own (see checks.go).
+// their own (see checks_linux.go).
 package containertest
 
 import (
@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
 	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 )
@@ -32,17 +31,6 @@ func Runsc(t testing.TB) string {
 	}
 	testenv.Require(t, "gVisor's runsc (bash .ci/lib/runsc.sh builds it)", err)
 	return found[0]
-}
-
-// OwnFolders lists, as leftovers, the sandbox folders under base that
-// this test process owns (hostdir names them after their owner).
-func OwnFolders(base string) []string {
-	var out []string
-	dirs, _ := filepath.Glob(filepath.Join(base, hostdir.Owner()+"-*"))
-	for _, d := range dirs {
-		out = append(out, "folder "+d)
-	}
-	return out
 }
 
 // Merge joins skip maps; later ones win.

@@ -3,11 +3,13 @@ package containertest
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -30,4 +32,15 @@ func MemoryEndsSandbox(t *testing.T, be sandbox.Backend, image string) {
 	if _, err := run(t, inst, "true"); !errors.Is(err, sandbox.ErrDestroyed) {
 		t.Errorf("a command after the OOM: %v, want ErrDestroyed", err)
 	}
+}
+
+// OwnFolders lists, as leftovers, the sandbox folders under base that
+// this test process owns (hostdir names them after their owner).
+func OwnFolders(base string) []string {
+	var out []string
+	dirs, _ := filepath.Glob(filepath.Join(base, hostdir.Owner()+"-*"))
+	for _, d := range dirs {
+		out = append(out, "folder "+d)
+	}
+	return out
 }
