@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/airlock-sandbox/airlock/backend/internal/command"
 	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/internal/seccompprofile"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // hostname is the sandbox's host name, as with every backend.
@@ -33,25 +35,28 @@ const sentryThreads = 256
 // mountFlags are the options of every writable or input bind.
 var mountFlags = []string{"rbind", "nosuid", "nodev", "noexec"}
 
-// bundle writes config.json into dir, and for the host image the root
-// folder the spec's root points at; it returns the bundle folder.
+// bundle writes config.json into dir, and the root folder the spec's root
+// points at (an overlay on an image, or the host image's folder); it
+// returns the bundle folder.
 func (i *instance) bundle(src rootSource, binds []hostdir.Bind, cgroupsPath string) (string, error) {
 	dir := filepath.Join(i.dir.Path(), "bundle")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", err
 	}
 	spec := baseSpec(i.policy, cgroupsPath)
+	rootfs := filepath.Join(dir, "rootfs")
 	if src.dir != "" {
-		spec.Root = &specs.Root{Path: src.dir, Readonly: true}
+		if err := overlayRoot(src.dir, dir, rootfs); err != nil {
+			return "", err
+		}
 	} else {
-		rootfs := filepath.Join(dir, "rootfs")
 		mounts, err := buildHostRoot(rootfs)
 		if err != nil {
 			return "", err
 		}
-		spec.Root = &specs.Root{Path: rootfs, Readonly: true}
 		spec.Mounts = append(spec.Mounts, mounts...)
 	}
+	spec.Root = &specs.Root{Path: rootfs, Readonly: true}
 	for _, b := range binds {
 		opts := append(slices.Clone(mountFlags), "rw")
 		if b.ReadOnly {
@@ -127,6 +132,29 @@ func baseSpec(pol sandbox.Policy, cgroupsPath string) *specs.Spec {
 
 // cpuPeriod is the CFS period the CPU quota is expressed in, in µs.
 const cpuPeriod = 100000
+
+// overlayRoot mounts at rootfs the image folder under a writable layer in
+// dir. runsc's gofer creates, in the root folder on the host, the mount
+// points the image lacks (such as /dev/shm, whose /dev is the sentry's);
+// they must land in the layer, not in the image, which other sandboxes
+// share and which is never written. The sandbox still sees its root
+// read-only. The mount goes with the sandbox's folder.
+func overlayRoot(image, dir, rootfs string) error {
+	if strings.ContainsAny(image, ",:\\") {
+		return fmt.Errorf("image folder %q: the gvisor backend cannot layer a path with a comma, colon or backslash: %w", image, sandbox.ErrInvalid)
+	}
+	upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+	for _, d := range []string{upper, work, rootfs} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	opts := "lowerdir=" + image + ",upperdir=" + upper + ",workdir=" + work
+	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("overlay on image folder %s: %w", image, err)
+	}
+	return nil
+}
 
 // buildHostRoot makes the host image's root folder: the made-up /etc
 // files, symlinks, and mount points for the binds, which it returns as

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/backend/internal/containertest"
 	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
+	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -112,4 +114,50 @@ func TestStaleCleanup(t *testing.T) {
 	if res, err := mine.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"echo", "alive"}}); err != nil || res.Stdout != "alive\n" {
 		t.Errorf("a live process's sandbox after the cleanup: %q %v", res.Stdout, err)
 	}
+}
+
+// TestImageFolderUntouched runs a sandbox on an image folder and checks
+// that the folder's first two levels are as they were: runsc creates the
+// mount points a root lacks (the image's /dev has no shm), and those
+// belong in the sandbox's own layer, not in an image that others share.
+func TestImageFolderUntouched(t *testing.T) {
+	folder := testimage.Folder(t)
+	before := topEntries(t, folder)
+	be := newBackend(t, nil)
+	inst := backendtest.Create(t, be, folder, backendtest.Policy(t, nil))
+	res, err := inst.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"sh", "-c", "ls -d /dev/shm /workspace/output && touch /dev/shm/x"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("run on the image folder: %v %q %q", err, res.Stdout, res.Stderr)
+	}
+	if err := inst.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after := topEntries(t, folder)
+	added := slices.DeleteFunc(slices.Clone(after), func(p string) bool { return slices.Contains(before, p) })
+	removed := slices.DeleteFunc(slices.Clone(before), func(p string) bool { return slices.Contains(after, p) })
+	if len(added)+len(removed) > 0 {
+		t.Errorf("the image folder changed: added %v, removed %v", added, removed)
+	}
+}
+
+// topEntries lists the paths at depth one and two below root.
+func topEntries(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if depth := strings.Count(rel, "/"); rel != "." && depth <= 1 {
+			out = append(out, rel)
+		} else if rel != "." && d.IsDir() {
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
