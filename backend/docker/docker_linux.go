@@ -266,8 +266,5 @@ func (b *Backend) newProxy(id string, pol sandbox.Policy) (*egress.Proxy, error)
 	return egress.New(egress.Options{Policy: pol.Network, Logger: b.opts.Logger.With("sandbox", id), Hooks: b.opts.EgressHooks})
 }
 
-// errDestroyed is returned by calls on a destroyed instance.
-var errDestroyed = fmt.Errorf("docker sandbox: %w", sandbox.ErrDestroyed)
-
 // notFound tells whether err is the daemon's "no such object".
 func notFound(err error) bool { return err != nil && cerrdefs.IsNotFound(err) }

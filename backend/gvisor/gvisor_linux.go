@@ -271,9 +271,6 @@ func (b *Backend) resolve(name string) (rootSource, error) {
 	return rootSource{}, fmt.Errorf("image %q: not built (see 'airlock image ls'), and not a folder: %w", name, sandbox.ErrNotFound)
 }
 
-// errDestroyed is returned by calls on a destroyed instance.
-var errDestroyed = fmt.Errorf("gvisor sandbox: %w", sandbox.ErrDestroyed)
-
 // isCtxErr tells whether err is ctx's own error.
 func isCtxErr(ctx context.Context, err error) bool {
 	return ctx.Err() != nil && errors.Is(err, ctx.Err())

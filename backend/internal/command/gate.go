@@ -100,13 +100,6 @@ func (g *Gate) Close() {
 	g.idle.Broadcast()
 }
 
-// Closed reports whether Close was called.
-func (g *Gate) Closed() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.closed
-}
-
 func (g *Gate) init() {
 	if g.idle == nil {
 		g.idle = sync.NewCond(&g.mu)

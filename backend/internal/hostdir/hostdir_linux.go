@@ -145,7 +145,7 @@ func (d *Dir) PutInput(ctx context.Context, name string, r io.Reader) error {
 // file (CreateInput, or a wrapper that runs it with other filesystem
 // ids), the copy stops with ctx, and a file whose copy failed is removed.
 func WriteInput(ctx context.Context, dir *os.File, name string, r io.Reader, create func(dir *os.File, name string) (*os.File, error)) error {
-	if err := CheckInputName(name); err != nil {
+	if err := checkInputName(name); err != nil {
 		return err
 	}
 	f, err := create(dir, name)
@@ -190,9 +190,9 @@ func (c contextReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-// CheckInputName accepts a plain file name: no folders, no dot names, no
+// checkInputName accepts a plain file name: no folders, no dot names, no
 // control characters. Errors wrap sandbox.ErrInvalid.
-func CheckInputName(name string) error {
+func checkInputName(name string) error {
 	if name == "" || name == "." || name == ".." || len(name) > 255 || strings.ContainsAny(name, "/\\") {
 		return fmt.Errorf("input name %q: must be a plain file name: %w", name, sandbox.ErrInvalid)
 	}
