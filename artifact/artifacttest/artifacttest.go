@@ -205,6 +205,12 @@ func Problems(arts []sandbox.Artifact, planted Planted) []string {
 	return out
 }
 
+// RoundProblems is Problems and DestProblems together, for a filter run
+// that copied the artifacts into dst.
+func RoundProblems(dst string, arts []sandbox.Artifact, planted Planted, forbidden ...[]byte) []string {
+	return append(Problems(arts, planted), DestProblems(dst, arts, forbidden...)...)
+}
+
 // DestProblems checks a host folder that received artifacts: it holds
 // only folders and regular files; each file is an accepted or sanitized
 // artifact with the size and hash reported; every such artifact is there;

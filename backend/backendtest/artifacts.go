@@ -103,10 +103,7 @@ func (s *suite) testArtifacts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		for _, problem := range artifacttest.Problems(arts, planted) {
-			t.Errorf("round %d: %s", round, problem)
-		}
-		for _, problem := range artifacttest.DestProblems(dst, arts, token, passwd) {
+		for _, problem := range artifacttest.RoundProblems(dst, arts, planted, token, passwd) {
 			t.Errorf("round %d: %s", round, problem)
 		}
 		for _, a := range arts {
