@@ -73,7 +73,7 @@ func (i *instance) Exec(ctx context.Context, req sandbox.ExecRequest) (sandbox.R
 			waitErr = ctx.Err()
 		}
 	case <-i.dead:
-		waitErr = errDead
+		waitErr = i.deadErr()
 	}
 	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
 	res.Stdout, res.StdoutTruncated = stdout.String(), stdout.Truncated()

@@ -194,14 +194,30 @@ func (i *instance) initStderr() string {
 	return " (init: " + strings.TrimSpace(i.initErr.String()) + ")"
 }
 
+// deadErr is errDead with the first line init printed, if any (a Go
+// runtime's fatal error, for one): it waits a moment for init to be
+// reaped, which ends the copy of its stderr.
+func (i *instance) deadErr() error {
+	select {
+	case <-i.dead:
+	case <-time.After(time.Second):
+	}
+	first, _, _ := strings.Cut(strings.TrimSpace(i.initErr.String()), "\n")
+	if first == "" {
+		return errDead
+	}
+	return fmt.Errorf("%w (init: %s)", errDead, first)
+}
+
 // readLoop hands each reply from init to the request waiting for it.
 func (i *instance) readLoop() {
 	for {
 		m, files, err := i.ch.Recv()
 		nsinit.CloseAll(files)
 		if err != nil {
+			gone := i.deadErr()
 			i.mu.Lock()
-			i.gone = errDead
+			i.gone = gone
 			for seq, c := range i.pending {
 				close(c)
 				delete(i.pending, seq)
@@ -242,7 +258,7 @@ func (i *instance) request(ctx context.Context, m nsinit.Message, files ...*os.F
 	select {
 	case r, ok := <-c:
 		if !ok {
-			return errDead
+			return i.deadErr()
 		}
 		if r.Error != "" {
 			return errors.New(r.Error)
