@@ -337,3 +337,28 @@ func (s *session) capEvent(ctx context.Context, host string, port int, err error
 		s.record(ctx, host, port, false, err.Error()+"; connection closed")
 	}
 }
+
+// Attach gives inst an egress proxy: it builds one for opts.Policy and
+// serves it on the listener the instance opens inside the sandbox
+// (sandbox.NetworkAttacher). It is the one way egress is wired for every
+// backend. It returns nil when the policy allows no egress. The caller
+// closes the proxy.
+func Attach(ctx context.Context, inst sandbox.Instance, opts Options) (*Proxy, error) {
+	if !opts.Policy.Enabled() {
+		return nil, nil
+	}
+	na, ok := inst.(sandbox.NetworkAttacher)
+	if !ok {
+		return nil, fmt.Errorf("egress: this backend cannot route egress: %w", sandbox.ErrUnsupported)
+	}
+	p, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	l, err := na.ListenEgress(ctx)
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = p.Serve(context.Background(), l) }()
+	return p, nil
+}

@@ -3,19 +3,28 @@ package sandbox
 import (
 	"context"
 	"io"
+	"io/fs"
+	"net"
 	"os"
+	"syscall"
+	"time"
 )
 
 // Backend creates sandboxes of one kind.
 type Backend interface {
 	// Name is the backend's name as the CLI spells it ("native", "docker"…).
 	Name() string
-	// Capabilities tells, layer by layer, what this backend enforces here.
+	// Features says what the backend can do at all, whatever the host.
+	Features() Features
+	// Capabilities tells, layer by layer, how strongly this backend
+	// enforces each layer on this host. Result.Weakened and Policy.Strict
+	// are derived from it (see Weakened), so they agree with doctor.
 	Capabilities(ctx context.Context) Capabilities
 	// Probe returns an error wrapping ErrUnsupported when the host lacks
 	// what the backend needs to run at all.
 	Probe(ctx context.Context) error
-	// Create starts a sandbox. The policy must already be normalized.
+	// Create starts a sandbox. The policy must already be normalized and
+	// the image resolved.
 	Create(ctx context.Context, spec Spec) (Instance, error)
 	// CleanupStale removes what the sandboxes of airlock processes that
 	// died left on the host (processes, mounts, cgroups, containers,
@@ -26,51 +35,193 @@ type Backend interface {
 	Close() error
 }
 
-// Instance is one running sandbox.
+// FileAccess says how a backend reaches a sandbox's files.
+type FileAccess string
+
+// File access kinds.
+const (
+	// FilesHostDir: the writable folders are host folders (or descriptors
+	// of them) that the host reads without a round trip into the sandbox.
+	FilesHostDir FileAccess = "host-dir"
+	// FilesStream: files travel as streams through the sandbox's agent.
+	FilesStream FileAccess = "stream"
+)
+
+// Features is what a backend can do at all. It does not change with the
+// host; how well a layer holds on this host is Capabilities.
+type Features struct {
+	// Egress: the backend can attach the egress proxy (NetworkAttacher).
+	Egress bool `json:"egress"`
+	// ConcurrentProcesses: several processes may run in one sandbox at once.
+	ConcurrentProcesses bool `json:"concurrent_processes"`
+	// KeepAlive: a process may be started to outlive the processes around it.
+	KeepAlive bool `json:"keep_alive"`
+	// Signals: Process.Signal delivers any signal to the process.
+	Signals bool `json:"signals"`
+	// TTY, Pause and Checkpoint are not offered by any backend yet.
+	TTY        bool `json:"tty"`
+	Pause      bool `json:"pause"`
+	Checkpoint bool `json:"checkpoint"`
+	// Files is how the sandbox's files are reached.
+	Files FileAccess `json:"files"`
+	// OwnKernel: the code does not run on the host's kernel.
+	OwnKernel bool `json:"own_kernel"`
+	// SurvivesOOM: a process killed for memory leaves the sandbox usable;
+	// false where the runtime ends the whole sandbox (gVisor's sentry).
+	SurvivesOOM bool `json:"survives_oom"`
+}
+
+// Instance is one running sandbox. It holds many processes over its life:
+// short ones (one step's command) and long ones (an interpreter).
 type Instance interface {
 	ID() string
-	// Exec runs one command and waits for it. Output is captured up to the
-	// policy's caps and, when req.Stdout/Stderr are set, streamed to them.
-	// A command that runs past its timeout is killed with everything it
-	// started; the Result says TimedOut.
-	Exec(ctx context.Context, req ExecRequest) (Result, error)
-	// PutInput stores a file read-only at /workspace/input/NAME.
-	PutInput(ctx context.Context, name string, r io.Reader) error
-	// Output opens /workspace/output as a directory for the artifact
-	// filter, which walks it without following links. The caller closes it.
-	Output(ctx context.Context) (*os.File, error)
+	// Start starts one process and returns at once. The process runs until
+	// it ends, its timeout passes, it is signalled, or the sandbox ends.
+	// Whatever the process starts dies with it (the sweep) unless it was
+	// started KeepAlive. Errors wrap ErrInvalid for a bad spec and
+	// ErrDestroyed once the sandbox is gone.
+	Start(ctx context.Context, spec ProcessSpec) (Process, error)
+	// Files reaches the files under /workspace and /tmp.
+	Files() Files
+	// Done is closed when the sandbox has ended: destroyed, or died by
+	// itself (its init or kernel gone). Err then says which.
+	Done() <-chan struct{}
+	// Err is nil while the sandbox runs, ErrDestroyed after Destroy, and
+	// the cause (wrapping ErrDied) when it died by itself.
+	Err() error
 	// Destroy kills everything in the sandbox and removes every trace of it
 	// from the host. It is idempotent.
 	Destroy(ctx context.Context) error
 }
 
-// Spec describes a sandbox to create.
-type Spec struct {
-	// ID names the sandbox; empty means a fresh random one.
-	ID string
-	// Image is "host" (the host's system folders, read-only), the name of a
-	// built image, or the path of a rootfs folder.
-	Image string
-	// Policy must have been through Policy.Normalize.
-	Policy Policy
-}
-
-// ExecRequest is one command to run in an instance.
-type ExecRequest struct {
+// ProcessSpec is one process to start in an instance.
+type ProcessSpec struct {
 	// Cmd is the program and its arguments; Cmd[0] is looked up in PATH.
 	Cmd []string
 	// Env adds to the policy's environment; it wins on conflicts.
 	Env map[string]string
 	// Dir is the working folder; default /workspace.
 	Dir string
-	// Stdin feeds the command; nil means empty.
+	// Stdin feeds the process; nil means empty, unless OpenStdin is set.
 	Stdin io.Reader
-	// Stdout and Stderr, when set, receive the output as it comes, in
-	// addition to the capped copies in the Result.
+	// OpenStdin gives the process a stdin pipe that Process.Stdin writes.
+	OpenStdin bool
+	// Stdout and Stderr, when set, receive all output as it comes. Only
+	// what the Result keeps is capped (OutputLimit).
 	Stdout, Stderr io.Writer
-	// Timeout overrides the policy's timeout when set.
+	// Timeout bounds the process's wall time; 0 means the policy's timeout,
+	// or none for a KeepAlive process.
 	Timeout Duration
+	// KeepAlive exempts the process from the policy's timeout and from the
+	// sweeps of other processes: it lives until it ends or the sandbox does.
+	KeepAlive bool
+	// OutputLimit caps what the Result keeps of stdout and of stderr, each;
+	// 0 means the policy's cap.
+	OutputLimit int64
 }
+
+// Process is one process started in an instance.
+type Process interface {
+	// ID names the process within its sandbox.
+	ID() string
+	// Stdin is the write end of the process's stdin when the spec asked
+	// for OpenStdin, else nil. Closing it gives the process end of file.
+	Stdin() io.WriteCloser
+	// Signal sends sig to the process (not to what it started). It does
+	// not wait; a process that has ended is not an error.
+	Signal(ctx context.Context, sig syscall.Signal) error
+	// Wait waits for the process to end and for what it started to be
+	// swept, and returns its Result; ctx only bounds the wait. Every call
+	// returns the same Result.
+	Wait(ctx context.Context) (Result, error)
+}
+
+// Files reaches a sandbox's files. Paths are absolute inside the sandbox
+// and must lie under /workspace/input, /workspace/output or /tmp; no
+// symbolic link is followed on the way. Errors wrap ErrInvalid for a bad
+// path, ErrNotFound, ErrExist, ErrLimit (over a size cap) or ErrDestroyed.
+type Files interface {
+	// Put writes r to path, creating it (or replacing a regular file) and
+	// the folders above it. A file put under /workspace/input is read-only
+	// to the code. At most max bytes are taken (0: the folder's cap).
+	Put(ctx context.Context, path string, r io.Reader, max int64) (FileInfo, error)
+	// Get opens path for reading.
+	Get(ctx context.Context, path string) (io.ReadCloser, FileInfo, error)
+	// Stat describes path without following a link.
+	Stat(ctx context.Context, path string) (FileInfo, error)
+	// List describes the entries of a folder, sorted by name.
+	List(ctx context.Context, path string) ([]FileInfo, error)
+	// Mkdir makes a folder and the folders above it; an existing folder is
+	// not an error.
+	Mkdir(ctx context.Context, path string) error
+	// Remove removes a file, or a folder and everything in it.
+	Remove(ctx context.Context, path string) error
+	// Rename moves from to to, both in the same writable folder tree.
+	Rename(ctx context.Context, from, to string) error
+}
+
+// FileInfo describes one file inside a sandbox.
+type FileInfo struct {
+	Path    string      `json:"path"`
+	Name    string      `json:"name"`
+	Size    int64       `json:"size"`
+	Mode    fs.FileMode `json:"mode"`
+	ModTime time.Time   `json:"mod_time"`
+	// Target is a symbolic link's target, never followed.
+	Target string `json:"target,omitempty"`
+}
+
+// IsDir tells whether the entry is a folder.
+func (f FileInfo) IsDir() bool { return f.Mode.IsDir() }
+
+// OutputDirOpener is implemented by instances whose /workspace/output the
+// host can open as a folder, for the artifact filter to walk in place.
+type OutputDirOpener interface {
+	OpenOutputDir(ctx context.Context) (*os.File, error)
+}
+
+// NetworkAttacher is implemented by instances that can route egress: it
+// opens a listener whose connections come from inside the sandbox, where
+// processes reach it at EgressAddr. The caller serves the egress proxy on
+// it and closes it. Only a sandbox created with egress rules in its policy
+// can be attached.
+type NetworkAttacher interface {
+	ListenEgress(ctx context.Context) (net.Listener, error)
+}
+
+// EgressAddr is where processes inside reach the egress proxy.
+const EgressAddr = "127.0.0.1:3128"
+
+// Spec describes a sandbox to create.
+type Spec struct {
+	// ID names the sandbox; empty means a fresh random one.
+	ID string
+	// Image is the resolved image the root comes from.
+	Image Image
+	// Policy must have been through Policy.Normalize.
+	Policy Policy
+}
+
+// Image is a resolved image reference: what a backend needs to build the
+// sandbox's root. Resolve it once (package image) and pass it around.
+type Image struct {
+	// Name is how the caller named it: "host", a built image's name, or
+	// a folder's path.
+	Name string `json:"name"`
+	// RootFS is the folder of the root file system; "" for the host's own
+	// system folders.
+	RootFS string `json:"rootfs,omitempty"`
+	// Digest identifies a built image's content; "" otherwise.
+	Digest string `json:"digest,omitempty"`
+	// Env is the image's own environment for its programs.
+	Env map[string]string `json:"env,omitempty"`
+}
+
+// IsHost tells whether the image is the host's own system folders.
+func (i Image) IsHost() bool { return i.RootFS == "" }
+
+// HostImage is the image of the host's own system folders, read-only.
+func HostImage() Image { return Image{Name: "host"} }
 
 // Strength says how fully a layer's mechanism is enforced.
 type Strength string
@@ -94,4 +245,16 @@ type Mechanism struct {
 type Capabilities struct {
 	Backend    string      `json:"backend"`
 	Mechanisms []Mechanism `json:"mechanisms"`
+}
+
+// Weakened lists, as Result.Weakened does, every mechanism that is not at
+// full strength.
+func (c Capabilities) Weakened() []string {
+	var out []string
+	for _, m := range c.Mechanisms {
+		if m.Strength != Full {
+			out = append(out, m.Layer+": "+m.Name+": "+m.Detail)
+		}
+	}
+	return out
 }

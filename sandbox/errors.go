@@ -16,4 +16,9 @@ var (
 	ErrLimit = errors.New("limit reached")
 	// ErrDestroyed means the instance was already destroyed.
 	ErrDestroyed = errors.New("sandbox destroyed")
+	// ErrDied means the sandbox ended by itself: its init or its kernel
+	// is gone. The error that wraps it says why.
+	ErrDied = errors.New("sandbox died")
+	// ErrExist means a file or object that must not exist already does.
+	ErrExist = errors.New("already exists")
 )

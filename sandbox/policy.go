@@ -39,6 +39,8 @@ type Limits struct {
 	// OpenFiles caps open file descriptors per process (at least 64: the
 	// sandbox's init lives under the same cap).
 	OpenFiles int `json:"open_files,omitempty"`
+	// InputBytes caps the files under /workspace/input together.
+	InputBytes int64 `json:"input_bytes,omitempty"`
 }
 
 // DefaultLimits are the caps used where a Policy leaves a field zero.
@@ -50,6 +52,7 @@ var DefaultLimits = Limits{
 	DiskBytes:   256 << 20,
 	OutputBytes: 1 << 20,
 	OpenFiles:   1024,
+	InputBytes:  1 << 30,
 }
 
 // Bounds that a limit may not cross; anything outside is a caller error.
@@ -136,6 +139,9 @@ func (p Policy) Normalize() (Policy, error) {
 	if l.OpenFiles == 0 {
 		l.OpenFiles = d.OpenFiles
 	}
+	if l.InputBytes == 0 {
+		l.InputBytes = d.InputBytes
+	}
 	checks := []struct {
 		ok   bool
 		name string
@@ -150,6 +156,7 @@ func (p Policy) Normalize() (Policy, error) {
 		{l.DiskInodes >= 16 && l.DiskInodes <= 1<<32, "disk inodes", fmt.Sprint(l.DiskInodes), "between 16 and 2^32"},
 		{l.OutputBytes >= 1 && l.OutputBytes <= maxOutput, "stdout limit", FormatSize(l.OutputBytes), "between 1B and 1GiB"},
 		{l.OpenFiles >= 64 && l.OpenFiles <= maxFiles, "open files", fmt.Sprint(l.OpenFiles), "between 64 and 1048576"},
+		{l.InputBytes >= minDisk && l.InputBytes <= maxDisk, "input", FormatSize(l.InputBytes), "between 1MiB and 1TiB"},
 	}
 	for _, c := range checks {
 		if !c.ok {

@@ -47,7 +47,7 @@ func (s *suite) testArtifacts(t *testing.T) {
 		p.Limits.Timeout = sandbox.Duration(3 * time.Minute)
 		p.Limits.DiskBytes = 1 << 30
 	}))
-	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-", "plant", "/workspace/output", canary},
+	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-", "plant", "/workspace/output", canary},
 		Stdin: strings.NewReader(artifacttest.Script)})
 	var planted artifacttest.Planted
 	if err := json.Unmarshal([]byte(res.Stdout), &planted); err != nil || res.ExitCode != 0 {
@@ -75,7 +75,7 @@ func (s *suite) testArtifacts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	raced := make(chan sandbox.Result, 1)
 	go func() {
-		r, _ := inst.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"python3", "-", "race", "/workspace/output", canaryDir},
+		r, _ := sandbox.Exec(ctx, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-", "race", "/workspace/output", canaryDir},
 			Stdin: strings.NewReader(artifacttest.Script)})
 		raced <- r
 	}()
@@ -85,13 +85,13 @@ func (s *suite) testArtifacts(t *testing.T) {
 	}()
 	// the racer makes its links first: wait for one of them
 	waitFor(t, func() bool {
-		r := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"test", "-L", "/workspace/output/.swapfile-link"}})
+		r := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"test", "-L", "/workspace/output/.swapfile-link"}})
 		return r.ExitCode == 0
 	})
 	p := artifact.Normalize(sandbox.ArtifactPolicy{})
 	verdicts := map[string]int{}
 	for round := range 6 {
-		dir, err := inst.Output(ctx)
+		dir, err := openOutput(ctx, inst)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,11 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +27,8 @@ func (s *suite) conformance(t *testing.T) {
 	t.Run("environment", s.testEnv)
 	t.Run("identity and folders", s.testIdentity)
 	t.Run("inputs", s.testInputs)
+	t.Run("files", s.testFiles)
+	t.Run("processes", s.testProcesses)
 	t.Run("outputs", s.testOutputs)
 	t.Run("state between commands", s.testState)
 	t.Run("concurrent commands", s.testConcurrent)
@@ -54,11 +58,11 @@ func (s *suite) testExitCodes(t *testing.T) {
 	if res.ExitCode != 143 || res.Signal != "SIGTERM" {
 		t.Errorf("killed by SIGTERM: exit %d signal %q, want 143 SIGTERM", res.ExitCode, res.Signal)
 	}
-	res = runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"no-such-program-xyz"}})
+	res = runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"no-such-program-xyz"}})
 	if res.ExitCode != 127 || !strings.Contains(res.Stderr, "not found") {
 		t.Errorf("missing program: exit %d stderr %q, want 127 and 'not found'", res.ExitCode, res.Stderr)
 	}
-	res = runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"/etc/passwd"}})
+	res = runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"/etc/passwd"}})
 	if res.ExitCode != 126 {
 		t.Errorf("not executable: exit %d stderr %q, want 126", res.ExitCode, res.Stderr)
 	}
@@ -66,11 +70,11 @@ func (s *suite) testExitCodes(t *testing.T) {
 
 func (s *suite) testStdin(t *testing.T) {
 	inst := s.create(t, Policy(t, nil))
-	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"cat"}, Stdin: strings.NewReader("hello stdin")})
+	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"cat"}, Stdin: strings.NewReader("hello stdin")})
 	if res.Stdout != "hello stdin" {
 		t.Errorf("stdin echoed as %q", res.Stdout)
 	}
-	res = runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"cat"}})
+	res = runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"cat"}})
 	if res.Stdout != "" || res.ExitCode != 0 {
 		t.Errorf("no stdin: got %q exit %d, want empty and 0", res.Stdout, res.ExitCode)
 	}
@@ -79,7 +83,7 @@ func (s *suite) testStdin(t *testing.T) {
 func (s *suite) testEnv(t *testing.T) {
 	t.Setenv("AIRLOCK_TEST_HOST_SECRET", "must-not-leak")
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Env = map[string]string{"FROM_POLICY": "p", "BOTH": "policy"} }))
-	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"env"}, Env: map[string]string{"FROM_REQUEST": "r", "BOTH": "request"}})
+	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"env"}, Env: map[string]string{"FROM_REQUEST": "r", "BOTH": "request"}})
 	got := strings.Split(strings.TrimSpace(res.Stdout), "\n")
 	sort.Strings(got)
 	want := []string{"BOTH=request", "FROM_POLICY=p", "FROM_REQUEST=r", "HOME=/tmp", "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin"}
@@ -100,7 +104,7 @@ func (s *suite) testInputs(t *testing.T) {
 	inst := s.create(t, Policy(t, nil))
 	ctx := context.Background()
 	data := "a,b\n1,2\n"
-	if err := inst.PutInput(ctx, "data.csv", strings.NewReader(data)); err != nil {
+	if err := putInput(ctx, inst, "data.csv", strings.NewReader(data)); err != nil {
 		t.Fatal(err)
 	}
 	f := filepath.Join(t.TempDir(), "big.bin")
@@ -113,7 +117,7 @@ func (s *suite) testInputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	if err := inst.PutInput(ctx, "big.bin", fh); err != nil {
+	if err := putInput(ctx, inst, "big.bin", fh); err != nil {
 		t.Fatal(err)
 	}
 	res := sh(t, inst, "cat /workspace/input/data.csv; wc -c < /workspace/input/big.bin; echo x > /workspace/input/data.csv || echo refused; rm -f /workspace/input/big.bin || echo refused")
@@ -121,14 +125,111 @@ func (s *suite) testInputs(t *testing.T) {
 	if res.Stdout != want {
 		t.Errorf("inputs inside:\n%q\nwant\n%q (stderr %q)", res.Stdout, want, res.Stderr)
 	}
-	for _, bad := range []string{"", ".", "..", "../x", "a/b", "/etc/x", "x\x00y", "x\ny"} {
-		if err := inst.PutInput(ctx, bad, strings.NewReader("x")); !errors.Is(err, sandbox.ErrInvalid) {
-			t.Errorf("PutInput(%q) = %v, want ErrInvalid", bad, err)
+	for _, bad := range []string{"", ".", "..", "../x", "/etc/x", "x\x00y", "x\ny"} {
+		if err := putInput(ctx, inst, bad, strings.NewReader("x")); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("put input %q = %v, want ErrInvalid", bad, err)
 		}
 	}
-	if err := inst.PutInput(ctx, "data.csv", strings.NewReader("again")); err == nil {
-		t.Errorf("PutInput over an existing file succeeded")
+	// an input put again replaces the old one; the code still cannot
+	if err := putInput(ctx, inst, "data.csv", strings.NewReader("again")); err != nil {
+		t.Fatal(err)
 	}
+	if err := putInput(ctx, inst, "sub/nested.txt", strings.NewReader("deep")); err != nil {
+		t.Fatal(err)
+	}
+	res = sh(t, inst, "cat /workspace/input/data.csv; echo; cat /workspace/input/sub/nested.txt; echo; touch /workspace/input/sub/x 2>/dev/null || echo refused")
+	if res.Stdout != "again\ndeep\nrefused\n" {
+		t.Errorf("replaced and nested inputs inside: %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+}
+
+// testFiles drives Files: every operation, the caps, and the links the
+// code plants to lead them astray.
+func (s *suite) testFiles(t *testing.T) {
+	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.DiskBytes = 8 << 20 }))
+	ctx := context.Background()
+	fs := inst.Files()
+	if _, err := fs.Put(ctx, "/tmp/a/b/c.txt", strings.NewReader("hello"), 0); err != nil {
+		t.Fatal(err)
+	}
+	res := sh(t, inst, "cat /tmp/a/b/c.txt; echo; stat -c '%u %a' /tmp/a/b/c.txt; echo more >> /tmp/a/b/c.txt && echo appended")
+	if res.Stdout != "hello\n1000 644\nappended\n" {
+		t.Errorf("a put file inside: %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+	r, info, err := fs.Get(ctx, "/tmp/a/b/c.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r)
+	r.Close()
+	if string(got) != "hellomore\n" || info.Size != int64(len(got)) {
+		t.Errorf("get: %q, info %+v", got, info)
+	}
+	sh(t, inst, "mkdir -p /workspace/output/d && echo x > /workspace/output/d/one && echo yy > /workspace/output/d/two && ln -s /etc /tmp/etclink && ln -s /etc/passwd /workspace/output/pw")
+	list, err := fs.List(ctx, "/workspace/output/d")
+	if err != nil || len(list) != 2 || list[0].Name != "one" || list[1].Name != "two" || list[1].Size != 3 {
+		t.Errorf("list: %+v %v", list, err)
+	}
+	if st, err := fs.Stat(ctx, "/workspace/output/pw"); err != nil || st.Mode&os.ModeSymlink == 0 || st.Target != "/etc/passwd" {
+		t.Errorf("stat of a link: %+v %v", st, err)
+	}
+	// links the code planted are never followed, on the way or at the end
+	for _, p := range []string{"/tmp/etclink/passwd", "/workspace/output/pw"} {
+		if r, _, err := fs.Get(ctx, p); !errors.Is(err, sandbox.ErrInvalid) {
+			if r != nil {
+				r.Close()
+			}
+			t.Errorf("get %s through a planted link: %v, want ErrInvalid", p, err)
+		}
+	}
+	if _, err := fs.Put(ctx, "/tmp/etclink/evil", strings.NewReader("x"), 0); !errors.Is(err, sandbox.ErrInvalid) {
+		t.Errorf("put through a planted link: %v, want ErrInvalid", err)
+	}
+	for _, p := range []string{"/etc/passwd", "/workspace", "/tmp/../etc/x", "relative", "/proc/self/environ"} {
+		if _, err := fs.Put(ctx, p, strings.NewReader("x"), 0); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("put %q: %v, want ErrInvalid", p, err)
+		}
+	}
+	if _, _, err := fs.Get(ctx, "/tmp/missing"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("get of a missing file: %v, want ErrNotFound", err)
+	}
+	// caps: one put's own cap, and the disk cap of the folder
+	if _, err := fs.Put(ctx, "/tmp/capped", strings.NewReader(strings.Repeat("x", 1000)), 100); !errors.Is(err, sandbox.ErrLimit) {
+		t.Errorf("put over its cap: %v, want ErrLimit", err)
+	}
+	if _, err := fs.Put(ctx, "/tmp/huge", io.LimitReader(zeros{}, 16<<20), 0); !errors.Is(err, sandbox.ErrLimit) {
+		t.Errorf("put over the disk cap: %v, want ErrLimit", err)
+	}
+	if _, err := fs.Stat(ctx, "/tmp/huge"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("a failed put left a file behind: %v", err)
+	}
+	if err := fs.Mkdir(ctx, "/workspace/output/made/deep"); err != nil {
+		t.Error(err)
+	}
+	if err := fs.Rename(ctx, "/workspace/output/d/one", "/workspace/output/made/deep/one"); err != nil {
+		t.Error(err)
+	}
+	if err := fs.Rename(ctx, "/workspace/output/d/two", "/workspace/output/made/deep/one"); !errors.Is(err, sandbox.ErrExist) {
+		t.Errorf("rename over an existing file: %v, want ErrExist", err)
+	}
+	if err := fs.Remove(ctx, "/workspace/output/made"); err != nil {
+		t.Error(err)
+	}
+	if err := fs.Remove(ctx, "/tmp/etclink"); err != nil {
+		t.Error(err)
+	}
+	res = sh(t, inst, "ls /workspace/output; ls /tmp")
+	if res.Stdout != "d\npw\na\n" {
+		t.Errorf("after mkdir, rename and remove: %q (stderr %q)", res.Stdout, res.Stderr)
+	}
+}
+
+// zeros reads as endless zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 func (s *suite) testOutputs(t *testing.T) {
@@ -137,7 +238,7 @@ func (s *suite) testOutputs(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Fatalf("write output: %d %s", res.ExitCode, res.Stderr)
 	}
-	dir, err := inst.Output(context.Background())
+	dir, err := openOutput(context.Background(), inst)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +265,7 @@ func (s *suite) testConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := inst.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"sh", "-c", fmt.Sprintf("sleep 0.3; echo %d", k)}})
+			res, err := sandbox.Exec(context.Background(), inst, sandbox.ProcessSpec{Cmd: []string{"sh", "-c", fmt.Sprintf("sleep 0.3; echo %d", k)}})
 			if err != nil {
 				t.Errorf("concurrent exec %d: %v", k, err)
 			}
@@ -185,7 +286,7 @@ func (s *suite) testConcurrent(t *testing.T) {
 // that answers EPERM breaks every thread.
 func (s *suite) testThreads(t *testing.T) {
 	inst := s.create(t, Policy(t, nil))
-	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c", `
+	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
 import threading
 done = []
 ts = [threading.Thread(target=done.append, args=(k,)) for k in range(8)]
@@ -223,7 +324,7 @@ func (l *lockedBuffer) String() string {
 func (s *suite) testStreaming(t *testing.T) {
 	inst := s.create(t, Policy(t, nil))
 	var out, errb lockedBuffer
-	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"sh", "-c", "for i in 1 2 3; do echo $i; echo e$i >&2; done"}, Stdout: &out, Stderr: &errb})
+	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"sh", "-c", "for i in 1 2 3; do echo $i; echo e$i >&2; done"}, Stdout: &out, Stderr: &errb})
 	if out.String() != "1\n2\n3\n" || errb.String() != "e1\ne2\ne3\n" || res.Stdout != out.String() {
 		t.Errorf("streamed stdout %q stderr %q, result %q", out.String(), errb.String(), res.Stdout)
 	}
@@ -240,7 +341,7 @@ func (s *suite) testTimeout(t *testing.T) {
 		t.Errorf("timeout of 1s took %v to fire", d)
 	}
 	// a request's own timeout overrides the policy's
-	res = runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"sleep", "2"}, Timeout: sandbox.Duration(10 * time.Second)})
+	res = runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"sleep", "2"}, Timeout: sandbox.Duration(10 * time.Second)})
 	if res.TimedOut || res.ExitCode != 0 {
 		t.Errorf("request timeout 10s over policy 1s: timed_out %v exit %d", res.TimedOut, res.ExitCode)
 	}
@@ -251,7 +352,7 @@ func (s *suite) testTimeout(t *testing.T) {
 	}
 	defer r.Close()
 	defer w.Close()
-	res = runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"cat"}, Stdin: r})
+	res = runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"cat"}, Stdin: r})
 	if !res.TimedOut || res.ExitCode != sandbox.ExitTimeout {
 		t.Errorf("block on stdin: timed_out %v exit %d", res.TimedOut, res.ExitCode)
 	}
@@ -260,7 +361,7 @@ func (s *suite) testTimeout(t *testing.T) {
 func (s *suite) testStdoutCap(t *testing.T) {
 	const limit = 64 << 10
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.OutputBytes = limit }))
-	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c",
+	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
 		"import sys\nsys.stdout.write('o'*(1<<20)); sys.stderr.write('e'*(1<<20)); sys.stdout.flush(); print('done', file=sys.stderr)"}})
 	if len(res.Stdout) != limit || !res.StdoutTruncated || len(res.Stderr) != limit || !res.StderrTruncated {
 		t.Errorf("1MiB each with a 64KiB cap: stdout %d truncated %v, stderr %d truncated %v",
@@ -279,12 +380,12 @@ func (s *suite) testMemory(t *testing.T) {
 	s.skip(t, "memory cap")
 	const limit = 64 << 20
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.MemoryBytes = limit }))
-	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c",
+	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
 		"x = bytearray(128 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\nprint('survived')"}})
 	if !res.OOMKilled || res.ExitCode != sandbox.ExitOOM || strings.Contains(res.Stdout, "survived") {
 		t.Errorf("twice the memory cap: oom_killed %v exit %d stdout %q stderr %q", res.OOMKilled, res.ExitCode, res.Stdout, res.Stderr)
 	}
-	res = runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c", "x = bytearray(16 << 20); print('fine')"}})
+	res = runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", "x = bytearray(16 << 20); print('fine')"}})
 	if res.OOMKilled || res.Stdout != "fine\n" {
 		t.Errorf("a quarter of the cap, after an OOM: oom_killed %v stdout %q stderr %q", res.OOMKilled, res.Stdout, res.Stderr)
 	}
@@ -293,7 +394,7 @@ func (s *suite) testMemory(t *testing.T) {
 func (s *suite) testPids(t *testing.T) {
 	const limit = 32
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Pids = limit }))
-	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c", `
+	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
 import os, time
 n = 0
 try:
@@ -320,7 +421,7 @@ except OSError as e:
 func (s *suite) testCPU(t *testing.T) {
 	s.skip(t, "cpu quota")
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.CPUs = 0.5 }))
-	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c", `
+	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
 import os, time
 end = time.time() + 2
 kids = [os.fork() for _ in range(2)]
@@ -338,7 +439,7 @@ for k in kids: os.waitpid(k, 0)
 
 func (s *suite) testOpenFiles(t *testing.T) {
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.OpenFiles = 100 }))
-	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c", `
+	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
 import os, errno
 fds = []
 try:
@@ -356,7 +457,7 @@ except OSError as e:
 
 func (s *suite) testUsage(t *testing.T) {
 	inst := s.create(t, Policy(t, nil))
-	res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c",
+	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
 		"import time\nx = bytearray(64 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\nend = time.time() + 0.3\nwhile time.time() < end: pass"}})
 	if res.Usage.CPUMillis < 100 || res.Usage.PeakMemoryBytes < 64<<20 || res.DurationMS < 300 {
 		t.Errorf("usage after 300 ms busy with 64 MiB: %+v, duration %.0f ms", res.Usage, res.DurationMS)
@@ -366,7 +467,7 @@ func (s *suite) testUsage(t *testing.T) {
 func (s *suite) testBadRequests(t *testing.T) {
 	inst := s.create(t, Policy(t, nil))
 	ctx := context.Background()
-	for _, req := range []sandbox.ExecRequest{
+	for _, req := range []sandbox.ProcessSpec{
 		{},
 		{Cmd: []string{""}},
 		{Cmd: []string{"echo", "a\x00b"}},
@@ -374,7 +475,7 @@ func (s *suite) testBadRequests(t *testing.T) {
 		{Cmd: []string{"pwd"}, Dir: "relative"},
 		{Cmd: []string{"true"}, Timeout: -1},
 	} {
-		if _, err := inst.Exec(ctx, req); !errors.Is(err, sandbox.ErrInvalid) {
+		if _, err := sandbox.Exec(ctx, inst, req); !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("Exec(%+v) = %v, want ErrInvalid", req, err)
 		}
 	}
@@ -392,7 +493,7 @@ func (s *suite) testDestroy(t *testing.T) {
 	if err := inst.Destroy(context.Background()); err != nil {
 		t.Errorf("second Destroy: %v", err)
 	}
-	if _, err := inst.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"true"}}); err == nil {
+	if _, err := sandbox.Exec(context.Background(), inst, sandbox.ProcessSpec{Cmd: []string{"true"}}); err == nil {
 		t.Errorf("Exec after Destroy succeeded")
 	}
 	if s.Leftovers != nil {
@@ -400,4 +501,115 @@ func (s *suite) testDestroy(t *testing.T) {
 			t.Errorf("left behind after destroy: %v", left)
 		}
 	}
+}
+
+// testProcesses drives the process interface: a KeepAlive process and
+// what it starts outlive the processes around it, while what an ordinary
+// process leaves dies with it; stdin pipes, signals, waits, and the end
+// of the sandbox.
+func (s *suite) testProcesses(t *testing.T) {
+	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = sandbox.Duration(2 * time.Second) }))
+	ctx := context.Background()
+	var kaOut syncBuffer
+	ka, err := inst.Start(ctx, sandbox.ProcessSpec{KeepAlive: true, Stdout: &kaOut,
+		Cmd: []string{"sh", "-c", "sleep 300 & echo child $!; trap 'exit 7' TERM; while :; do sleep 0.1; done"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := ""
+	for deadline := time.Now().Add(30 * time.Second); child == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if f := strings.Fields(kaOut.String()); len(f) == 2 {
+			child = f[1]
+		}
+	}
+	if child == "" {
+		t.Fatalf("the KeepAlive process printed no child pid: %q", kaOut.String())
+	}
+	// an ordinary process's leftover dies when it ends; the KeepAlive
+	// process and its child live on, past the policy's timeout too
+	res := sh(t, inst, "sleep 300 & echo $!")
+	left := strings.TrimSpace(res.Stdout)
+	time.Sleep(2500 * time.Millisecond)
+	res = sh(t, inst, "for p in "+left+" "+child+"; do if [ -d /proc/$p ] && ! grep -q '^State:.Z' /proc/$p/status; then echo alive; else echo gone; fi; done")
+	if res.Stdout != "gone\nalive\n" {
+		t.Errorf("after an ordinary process ended: its leftover and the KeepAlive child are %q, want gone and alive", res.Stdout)
+	}
+	if err := ka.Signal(ctx, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	kres, err := ka.Wait(wctx)
+	if err != nil || kres.ExitCode != 7 || kres.TimedOut {
+		t.Errorf("the KeepAlive process after SIGTERM: %+v %v, want exit 7", kres, err)
+	}
+	if again, err := ka.Wait(wctx); err != nil || again.ExitCode != kres.ExitCode {
+		t.Errorf("a second Wait: %+v %v", again, err)
+	}
+	res = sh(t, inst, "[ -d /proc/"+child+" ] && echo alive || echo gone")
+	if res.Stdout != "gone\n" {
+		t.Errorf("the KeepAlive process's child after it ended: %q, want gone", res.Stdout)
+	}
+	// a stdin pipe, written while the process runs
+	p, err := inst.Start(ctx, sandbox.ProcessSpec{Cmd: []string{"cat"}, OpenStdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(p.Stdin(), "ping\n"); err != nil {
+		t.Fatal(err)
+	}
+	p.Stdin().Close()
+	if res, err := p.Wait(wctx); err != nil || res.Stdout != "ping\n" {
+		t.Errorf("cat with an open stdin: %+v %v", res, err)
+	}
+	// Wait's context bounds the wait only
+	p, err = inst.Start(ctx, sandbox.ProcessSpec{Cmd: []string{"sleep", "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	if _, err := p.Wait(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait past its context: %v", err)
+	}
+	cancelShort()
+	if res, err := p.Wait(wctx); err != nil || res.ExitCode != 0 {
+		t.Errorf("sleep 1 after a short Wait: %+v %v", res, err)
+	}
+	select {
+	case <-inst.Done():
+		t.Fatalf("Done closed while the sandbox runs: %v", inst.Err())
+	default:
+	}
+	if err := inst.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inst.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed after Destroy")
+	}
+	if !errors.Is(inst.Err(), sandbox.ErrDestroyed) {
+		t.Errorf("Err after Destroy: %v, want ErrDestroyed", inst.Err())
+	}
+	if _, err := inst.Start(ctx, sandbox.ProcessSpec{Cmd: []string{"true"}}); !errors.Is(err, sandbox.ErrDestroyed) {
+		t.Errorf("Start after Destroy: %v, want ErrDestroyed", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and many readers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -51,7 +51,7 @@ pres.writeFile({ fileName: "/workspace/output/deck.pptx" }).then(() => console.l
 )
 
 func (s *suite) testDataImage(t *testing.T) {
-	if s.DataImage == "" {
+	if s.DataImage.Name == "" {
 		t.Skipf("backend %s: no data image configured (Config.DataImage)", s.Backend.Name())
 	}
 	create := func() sandbox.Instance {
@@ -64,11 +64,11 @@ func (s *suite) testDataImage(t *testing.T) {
 	}
 	out := t.TempDir()
 	first := create()
-	res := runReq(t, first, sandbox.ExecRequest{Cmd: []string{"python3", "-c", makeXLSX}})
+	res := runReq(t, first, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", makeXLSX}})
 	if res.Stdout != "written\n" {
 		t.Fatalf("openpyxl: %q %q", res.Stdout, res.Stderr)
 	}
-	res = runReq(t, first, sandbox.ExecRequest{Cmd: []string{"node", "-e", makePPTX}})
+	res = runReq(t, first, sandbox.ProcessSpec{Cmd: []string{"node", "-e", makePPTX}})
 	if res.Stdout != "deck written\n" {
 		t.Fatalf("pptxgenjs: %q %q", res.Stdout, res.Stderr)
 	}
@@ -80,10 +80,10 @@ func (s *suite) testDataImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if err := second.PutInput(context.Background(), "sales.xlsx", f); err != nil {
+	if err := putInput(context.Background(), second, "sales.xlsx", f); err != nil {
 		t.Fatal(err)
 	}
-	res = runReq(t, second, sandbox.ExecRequest{Cmd: []string{"python3", "-c", analyse}})
+	res = runReq(t, second, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", analyse}})
 	if res.Stdout != "{'north': 7, 'south': 5}\n" {
 		t.Fatalf("pandas and matplotlib: %q %q", res.Stdout, res.Stderr)
 	}
@@ -120,7 +120,7 @@ func (s *suite) testDataImage(t *testing.T) {
 // collect runs the artifact filter into dst and checks the verdicts.
 func collect(t *testing.T, inst sandbox.Instance, dst string, want map[string]string) {
 	t.Helper()
-	dir, err := inst.Output(context.Background())
+	dir, err := openOutput(context.Background(), inst)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,8 +105,8 @@ func testCA(t *testing.T, names ...string) (caPEM []byte, cert tls.Certificate) 
 // the egress attack probes.
 func (s *suite) testEgress(t *testing.T) {
 	s.skip(t, "egress allowlist")
-	if s.WithEgressHooks == nil {
-		t.Skipf("backend %s offers no egress test hooks", s.Backend.Name())
+	if !s.Backend.Features().Egress {
+		t.Skipf("backend %s cannot route egress at all (its Features say so)", s.Backend.Name())
 	}
 	caPEM, cert := testCA(t, "allowed.test")
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "hello from %s\n", r.Host) })
@@ -131,19 +131,25 @@ func (s *suite) testEgress(t *testing.T) {
 			netip.AddrPortFrom(publicAddr, 80):  plain.Listener.Addr().String(),
 		},
 	}
-	be := s.WithEgressHooks(egress.Hooks{Resolver: w, Dial: w.Dial})
 	rules := []sandbox.EgressRule{{Host: "allowed.test"}}
 	for _, h := range []string{"private.test", "loopback.test", "metadata.test", "mixed.test", "v6mapped.test"} {
 		rules = append(rules, sandbox.EgressRule{Host: h})
 	}
 	p := Policy(t, func(p *sandbox.Policy) { p.Network.Allow = rules })
-	inst, err := be.Create(context.Background(), sandbox.Spec{Image: s.Image, Policy: p})
+	inst := s.create(t, p)
+	ctx := context.Background()
+	proxy, err := egress.Attach(ctx, inst, egress.Options{Policy: p.Network, Hooks: egress.Hooks{Resolver: w, Dial: w.Dial}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer inst.Destroy(context.Background())
-	ctx := context.Background()
-	if err := inst.PutInput(ctx, "ca.pem", strings.NewReader(string(caPEM))); err != nil {
+	defer proxy.Close()
+	run := func(spec sandbox.ProcessSpec) sandbox.Result {
+		mark := proxy.Cursor()
+		res := runReq(t, inst, spec)
+		res.Egress = proxy.Since(mark)
+		return res
+	}
+	if err := putInput(ctx, inst, "ca.pem", strings.NewReader(string(caPEM))); err != nil {
 		t.Fatal(err)
 	}
 	scripts, err := probeFS.ReadDir("probes/egress")
@@ -152,7 +158,7 @@ func (s *suite) testEgress(t *testing.T) {
 	}
 	for _, e := range scripts {
 		b, _ := probeFS.ReadFile("probes/egress/" + e.Name())
-		if err := inst.PutInput(ctx, e.Name(), strings.NewReader(string(b))); err != nil {
+		if err := putInput(ctx, inst, e.Name(), strings.NewReader(string(b))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -171,14 +177,14 @@ func (s *suite) testEgress(t *testing.T) {
 		if e.Name() == "attacklib.py" {
 			continue
 		}
-		res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "/workspace/input/" + e.Name()}, Env: env})
+		res := run(sandbox.ProcessSpec{Cmd: []string{"python3", "/workspace/input/" + e.Name()}, Env: env})
 		events = append(events, res.Egress...)
 		s.checkLines(t, strings.TrimSuffix(e.Name(), ".py"), res)
 		ran++
 	}
 	// allowed names whose addresses are not public are refused after the lookup
 	for _, h := range []string{"private.test", "loopback.test", "metadata.test", "mixed.test", "v6mapped.test"} {
-		res := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c", fmt.Sprintf(
+		res := run(sandbox.ProcessSpec{Cmd: []string{"python3", "-c", fmt.Sprintf(
 			"import urllib.request\ntry:\n urllib.request.urlopen('http://%s/', timeout=10); print('reached')\nexcept Exception as e: print('refused', e)", h)}})
 		if !strings.HasPrefix(res.Stdout, "refused") {
 			t.Errorf("ATTACK NOT STOPPED: %s (an allowed name with a non-public address): %q", h, res.Stdout)

@@ -125,7 +125,7 @@ func (s *suite) testIsolation(t *testing.T) {
 	ready := make(chan string, 1)
 	pr, pw := io.Pipe()
 	go func() {
-		_, _ = a.Exec(ctx, sandbox.ExecRequest{Cmd: []string{"python3", "-c", probeScript(t, "holder"), mark}, Env: env, Stdout: pw})
+		_, _ = sandbox.Exec(ctx, a, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", probeScript(t, "holder"), mark}, Env: env, Stdout: pw})
 		pw.Close()
 	}()
 	go func() {
@@ -164,7 +164,7 @@ func (s *suite) testForkBomb(t *testing.T) {
 	}
 	// what may remain: pid 1, the check, and the shell a backend may run
 	// the check under
-	after := runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"python3", "-c",
+	after := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
 		"import os; print(len([p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]))"}})
 	if n, err := strconv.Atoi(strings.TrimSpace(after.Stdout)); err != nil || n > 0 {
 		t.Errorf("%d processes still in the sandbox after the fork bomb's command ended", n)
@@ -227,7 +227,7 @@ func (s *suite) testManyRuns(t *testing.T) {
 		if err != nil {
 			t.Fatalf("run %d: %v", k, err)
 		}
-		res, err := inst.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"sh", "-c", "echo run; sleep 0.01 &"}})
+		res, err := sandbox.Exec(context.Background(), inst, sandbox.ProcessSpec{Cmd: []string{"sh", "-c", "echo run; sleep 0.01 &"}})
 		if err != nil || res.Stdout != "run\n" {
 			t.Errorf("run %d: %q %v", k, res.Stdout, err)
 		}

@@ -8,20 +8,22 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"fmt"
+	"io"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 // Config describes the backend under test.
 type Config struct {
 	Backend sandbox.Backend
-	// Image is the image the sandboxes run ("host" for native).
-	Image string
+	// Image is the image the sandboxes run (the host image for native).
+	Image sandbox.Image
 	// Skip maps the name of a subtest or of a probe check to the reason it
 	// cannot apply to this backend.
 	Skip map[string]string
@@ -29,14 +31,9 @@ type Config struct {
 	// cgroups, containers…); the suite calls it after destroying sandboxes
 	// and fails on anything listed.
 	Leftovers func() []string
-	// WithEgressHooks returns a backend of the same kind whose egress
-	// proxy uses the given test hooks, so that the allowlist tests can
-	// point allowed names at servers of their own. Nil skips those tests
-	// with a printed reason.
-	WithEgressHooks func(egress.Hooks) sandbox.Backend
-	// DataImage names the built data-work image (package image's
-	// "python") the backend can run; empty skips that test, saying so.
-	DataImage string
+	// DataImage is the built data-work image (package image's "python")
+	// the backend can run; the zero Image skips that test, saying so.
+	DataImage sandbox.Image
 	// PidsReserve is how many tasks the backend adds to the pids cap for
 	// its own processes inside the sandbox, as it documents.
 	PidsReserve int
@@ -106,7 +103,7 @@ func (s *suite) create(t *testing.T, p sandbox.Policy) sandbox.Instance {
 
 // Create starts a sandbox on be that is destroyed when the test ends; it
 // fails t if either fails.
-func Create(t *testing.T, be sandbox.Backend, image string, p sandbox.Policy) sandbox.Instance {
+func Create(t *testing.T, be sandbox.Backend, image sandbox.Image, p sandbox.Policy) sandbox.Instance {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -142,12 +139,28 @@ func (s *suite) checkLeftoversAtEnd(t *testing.T) {
 	})
 }
 
+// putInput stores a file at /workspace/input/NAME.
+func putInput(ctx context.Context, inst sandbox.Instance, name string, r io.Reader) error {
+	_, err := inst.Files().Put(ctx, "/workspace/input/"+name, r, 0)
+	return err
+}
+
+// openOutput opens /workspace/output of a backend whose files are host
+// folders.
+func openOutput(ctx context.Context, inst sandbox.Instance) (*os.File, error) {
+	o, ok := inst.(sandbox.OutputDirOpener)
+	if !ok {
+		return nil, fmt.Errorf("backend cannot open /workspace/output as a host folder: %w", sandbox.ErrUnsupported)
+	}
+	return o.OpenOutputDir(ctx)
+}
+
 // runReq runs a command and fails the test on an infrastructure error.
-func runReq(t *testing.T, inst sandbox.Instance, req sandbox.ExecRequest) sandbox.Result {
+func runReq(t *testing.T, inst sandbox.Instance, req sandbox.ProcessSpec) sandbox.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	res, err := inst.Exec(ctx, req)
+	res, err := sandbox.Exec(ctx, inst, req)
 	if err != nil {
 		t.Fatalf("exec %q: %v", req.Cmd, err)
 	}
@@ -157,7 +170,7 @@ func runReq(t *testing.T, inst sandbox.Instance, req sandbox.ExecRequest) sandbo
 // sh runs a shell command line.
 func sh(t *testing.T, inst sandbox.Instance, script string) sandbox.Result {
 	t.Helper()
-	return runReq(t, inst, sandbox.ExecRequest{Cmd: []string{"sh", "-c", script}})
+	return runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"sh", "-c", script}})
 }
 
 // check is one line of a probe's report.
@@ -187,7 +200,7 @@ func probeScript(t *testing.T, name string) string {
 func (s *suite) probe(t *testing.T, inst sandbox.Instance, name string, env map[string]string, args ...string) map[string]check {
 	t.Helper()
 	cmd := append([]string{"python3", "-c", probeScript(t, name)}, args...)
-	res := runReq(t, inst, sandbox.ExecRequest{Cmd: cmd, Env: env})
+	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: cmd, Env: env})
 	return s.checkLines(t, name, res)
 }
 

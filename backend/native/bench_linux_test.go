@@ -53,11 +53,11 @@ func sandboxRun(b *testing.B, be *native.Backend, cmd ...string) func() error {
 	}
 	ctx := context.Background()
 	return func() error {
-		inst, err := be.Create(ctx, sandbox.Spec{Image: "host", Policy: p})
+		inst, err := be.Create(ctx, sandbox.Spec{Image: sandbox.HostImage(), Policy: p})
 		if err != nil {
 			return err
 		}
-		res, err := inst.Exec(ctx, sandbox.ExecRequest{Cmd: cmd})
+		res, err := sandbox.Exec(ctx, inst, sandbox.ProcessSpec{Cmd: cmd})
 		if derr := inst.Destroy(ctx); err == nil {
 			err = derr
 		}

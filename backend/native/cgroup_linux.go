@@ -1,12 +1,14 @@
 package native
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,52 +16,112 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/internal/cgstat"
 	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
+	"golang.org/x/sys/unix"
 )
 
-// cgroups cap memory (no swap), CPU and pids for the whole sandbox, count
-// its CPU time and peak memory, and tell when the kernel killed something
-// for memory. Each controller is taken from cgroup v2 when the unified
-// hierarchy offers it, else from its v1 hierarchy, so pure v2, pure v1 and
-// hybrid hosts all work.
+// A sandbox's cgroup is a small tree, in every hierarchy in use:
+//
+//	<parent>/<owner>-<id>/        the sandbox
+//	    init/                     init alone, with a small reserve of its own
+//	    procs/                    the policy's caps: memory, CPU, pids
+//	        p1/ p2/ …             one per process, for its sweep and usage
+//
+// Init never shares a cap with the code, so a fork bomb or a memory bomb
+// cannot starve it. Each process starts in its own folder (see
+// nsinit.ExecSpec) and the code cannot leave it: no cgroup file system is
+// mounted inside. When a process ends, its folder is killed whole (the
+// sweep): what it started dies with it, and nothing else does.
+//
+// Each controller is taken from cgroup v2 when the unified hierarchy
+// offers it, else from its v1 hierarchy, so pure v2, pure v1 and hybrid
+// hosts all work. The sweep kills with cgroup.kill where the processes'
+// folders are v2, else freezes them (v1 freezer) and kills, else kills in
+// a loop.
 
 // Controllers the sandbox uses. CPU time comes from the cpu controller on
 // v2 and from the commands' rusage on v1, which saves a cpuacct cgroup.
 const (
-	ctlMemory = "memory"
-	ctlCPU    = "cpu"
-	ctlPids   = "pids"
+	ctlMemory  = "memory"
+	ctlCPU     = "cpu"
+	ctlPids    = "pids"
+	ctlFreezer = "freezer"
+)
+
+// Folder names inside a sandbox's cgroup.
+const (
+	cgInit  = "init"
+	cgProcs = "procs"
+)
+
+// Init's own reserve: enough for its Go runtime, the threads of file
+// operations and of starting commands, and its heap.
+const (
+	initPids   = 96
+	initMemory = 64 << 20
 )
 
 // hierarchy is one mounted cgroup tree.
 type hierarchy struct {
 	mount string
 	v2    bool
+	// own is this process's cgroup in the hierarchy, "/" at its root.
+	own string
 }
 
-// cgroupHost maps each controller to the hierarchy that provides it.
+// cgroupHost maps each controller to the hierarchy that provides it and
+// knows where sandboxes go.
 type cgroupHost struct {
-	ctl    map[string]*hierarchy
-	parent string // folder under each hierarchy's root that holds sandboxes
+	ctl map[string]*hierarchy
+	// track is where processes are swept: a v2 hierarchy (cgroup.kill) or
+	// the v1 freezer; nil means kill in a loop.
+	track *hierarchy
+	// parents holds, per hierarchy in use, the folder sandboxes go in.
+	parents map[*hierarchy]string
+	// placement says where parents are, for doctor.
+	placement string
+	name      string // the parent folders' own name, "airlock" by default
 }
 
-// detectCgroups reads the mount table. It never fails: a controller it
-// cannot find is simply absent from the map.
-func detectCgroups(parent string) *cgroupHost {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return &cgroupHost{ctl: map[string]*hierarchy{}, parent: parent}
-	}
-	defer f.Close()
-	return parseCgroups(f, parent, func(mount string) string {
-		b, _ := os.ReadFile(filepath.Join(mount, "cgroup.controllers"))
+// detectCgroups reads the mount table and this process's cgroups. It
+// never fails: a controller it cannot find is simply absent from the map.
+func detectCgroups(name string, trackUnified bool) *cgroupHost {
+	mounts, _ := readFile("/proc/self/mountinfo")
+	own, _ := readFile("/proc/self/cgroup")
+	h := parseCgroups(strings.NewReader(mounts), strings.NewReader(own), name, trackUnified, func(dir string) string {
+		b, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
 		return string(b)
 	})
+	h.place()
+	return h
 }
 
-// parseCgroups maps controllers to hierarchies from a mountinfo table;
-// v2Controllers reads the controllers a cgroup2 mount offers.
-func parseCgroups(mountinfo io.Reader, parent string, v2Controllers func(mount string) string) *cgroupHost {
-	h := &cgroupHost{ctl: map[string]*hierarchy{}, parent: parent}
+func readFile(p string) (string, error) {
+	b, err := os.ReadFile(p)
+	return string(b), err
+}
+
+// parseCgroups maps controllers to hierarchies from a mountinfo table and
+// a /proc/self/cgroup table; v2Controllers reads the controllers a cgroup
+// v2 folder offers. trackUnified sweeps on the unified hierarchy even
+// where the controllers are v1 (for tests of the v2 sweep on hybrid hosts).
+func parseCgroups(mountinfo, selfCgroup io.Reader, name string, trackUnified bool, v2Controllers func(dir string) string) *cgroupHost {
+	h := &cgroupHost{ctl: map[string]*hierarchy{}, parents: map[*hierarchy]string{}, name: name}
+	ownV1, ownV2 := map[string]string{}, "/"
+	sc := bufio.NewScanner(selfCgroup)
+	for sc.Scan() {
+		// "ID:CONTROLLERS:PATH"; v2 is "0::PATH"
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[1] == "" {
+			ownV2 = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			ownV1[c] = parts[2]
+		}
+	}
 	var v2 *hierarchy
 	v1 := map[string]*hierarchy{}
 	mounts, _ := cgstat.ParseMounts(mountinfo)
@@ -69,32 +131,144 @@ func parseCgroups(mountinfo io.Reader, parent string, v2Controllers func(mount s
 		}
 		if m.V2 {
 			if v2 == nil {
-				v2 = &hierarchy{mount: m.Dir, v2: true}
+				v2 = &hierarchy{mount: m.Dir, v2: true, own: ownV2}
 			}
 			continue
 		}
+		var hy *hierarchy
 		for _, c := range m.Controllers {
 			switch c {
-			case ctlMemory, ctlCPU, ctlPids:
+			case ctlMemory, ctlCPU, ctlPids, ctlFreezer:
 				if v1[c] == nil {
-					v1[c] = &hierarchy{mount: m.Dir}
+					if hy == nil {
+						hy = &hierarchy{mount: m.Dir, own: cmp(ownV1[c], "/")}
+					}
+					v1[c] = hy
 				}
 			}
 		}
 	}
 	if v2 != nil {
-		for _, c := range strings.Fields(v2Controllers(v2.mount)) {
+		for _, c := range strings.Fields(v2Controllers(filepath.Join(v2.mount, v2.own))) {
 			if c == ctlMemory || c == ctlCPU || c == ctlPids {
 				h.ctl[c] = v2
 			}
 		}
 	}
-	for c, hy := range v1 {
-		if h.ctl[c] == nil {
-			h.ctl[c] = hy
+	for _, c := range []string{ctlMemory, ctlCPU, ctlPids} {
+		if h.ctl[c] == nil && v1[c] != nil {
+			h.ctl[c] = v1[c]
 		}
 	}
+	switch mem := h.ctl[ctlMemory]; {
+	case mem != nil && mem.v2:
+		h.track = mem
+	case trackUnified && v2 != nil:
+		h.track = v2
+	default:
+		h.track = v1[ctlFreezer]
+	}
 	return h
+}
+
+func cmp(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// hierarchies lists each distinct hierarchy in use, once.
+func (h *cgroupHost) hierarchies() []*hierarchy {
+	var out []*hierarchy
+	for _, c := range []string{ctlMemory, ctlCPU, ctlPids} {
+		if hy := h.ctl[c]; hy != nil && !slices.Contains(out, hy) {
+			out = append(out, hy)
+		}
+	}
+	if h.track != nil && !slices.Contains(out, h.track) {
+		out = append(out, h.track)
+	}
+	return out
+}
+
+// place decides where sandboxes go in each hierarchy: beneath this
+// process's own cgroup, so that whatever confines airlock (a systemd
+// slice, a Pod) confines its sandboxes too. A v1 cgroup can hold both
+// processes and children. A v2 cgroup cannot (with controllers enabled):
+// there, airlock moves itself into a leaf of its own cgroup when it is
+// alone in it (a delegated cgroup); otherwise, or at the v2 root, the
+// sandboxes go under a folder named after h.name at the hierarchy's root.
+func (h *cgroupHost) place() {
+	var notes []string
+	for _, hy := range h.hierarchies() {
+		dir, note := h.parentIn(hy)
+		h.parents[hy] = dir
+		if note != "" {
+			notes = append(notes, note)
+		}
+	}
+	h.placement = strings.Join(notes, "; ")
+}
+
+func (h *cgroupHost) parentIn(hy *hierarchy) (string, string) {
+	atRoot := filepath.Join(hy.mount, h.name)
+	if hy.own == "/" {
+		return atRoot, ""
+	}
+	own := filepath.Join(hy.mount, hy.own)
+	if !hy.v2 {
+		return filepath.Join(own, h.name), "under airlock's own cgroup " + hy.own
+	}
+	if err := delegateOwn(own); err != nil {
+		return atRoot, fmt.Sprintf("under %s at the root of %s: airlock's cgroup %s is not delegated to it (%v)", h.name, hy.mount, hy.own, err)
+	}
+	return filepath.Join(own, h.name), "under airlock's own delegated cgroup " + hy.own
+}
+
+// delegateOwn readies this process's own v2 cgroup to hold sandboxes: if
+// the process is alone in it, it moves into a leaf "supervisor" and
+// enables the controllers for the children.
+func delegateOwn(own string) error {
+	procs, err := os.ReadFile(filepath.Join(own, "cgroup.procs"))
+	if err != nil {
+		return err
+	}
+	self := strconv.Itoa(os.Getpid())
+	for _, p := range strings.Fields(string(procs)) {
+		if p != self {
+			return fmt.Errorf("process %s shares it", p)
+		}
+	}
+	leaf := filepath.Join(own, "supervisor")
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if len(procs) > 0 {
+		if err := writeFile(leaf, "cgroup.procs", self); err != nil {
+			return err
+		}
+	}
+	return enableControllers(own)
+}
+
+// enableControllers turns on memory, cpu and pids (those offered) for the
+// children of the v2 folder dir.
+func enableControllers(dir string) error {
+	avail, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	if err != nil {
+		return err
+	}
+	var want []string
+	for _, c := range strings.Fields(string(avail)) {
+		if c == ctlMemory || c == ctlCPU || c == ctlPids {
+			want = append(want, "+"+c)
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	return writeFile(dir, "cgroup.subtree_control", strings.Join(want, " "))
 }
 
 // describe says which version provides each controller, for doctor.
@@ -109,17 +283,15 @@ func (h *cgroupHost) describe(c string) (string, bool) {
 	return "cgroup v1 at " + hy.mount, true
 }
 
-// hierarchies lists each distinct hierarchy in use, once.
-func (h *cgroupHost) hierarchies() []*hierarchy {
-	var out []*hierarchy
-	seen := map[*hierarchy]bool{}
-	for _, c := range []string{ctlMemory, ctlCPU, ctlPids} {
-		if hy := h.ctl[c]; hy != nil && !seen[hy] {
-			seen[hy] = true
-			out = append(out, hy)
-		}
+// sweepMechanism says how a process's leftovers are killed, for doctor.
+func (h *cgroupHost) sweepMechanism() string {
+	switch {
+	case h.track == nil:
+		return "killed in a loop from the process's cgroup (no freezer, no cgroup v2)"
+	case h.track.v2:
+		return "cgroup.kill of the process's own cgroup v2 folder"
 	}
-	return out
+	return "the process's own v1 freezer cgroup, frozen and killed"
 }
 
 // cgLimits are the caps written into a sandbox's cgroup.
@@ -127,49 +299,53 @@ type cgLimits struct {
 	memory int64
 	cpus   float64
 	pids   int
+	// initMemory is init's own memory cap: its reserve plus what file
+	// operations write for the sandbox (the input and scratch tmpfs).
+	initMemory int64
 }
 
-// cgroup is one sandbox's cgroup, possibly spread over several hierarchies.
+// cgroup is one sandbox's cgroup tree, spread over the hierarchies.
 type cgroup struct {
 	host *cgroupHost
-	dirs map[*hierarchy]string
-	stat *cgstat.Group // reads the counters
+	dirs map[*hierarchy]string // the sandbox's folder in each hierarchy
+	reg  string                // its registry file, for CleanupStale
 }
 
-// create makes the sandbox's cgroup in every hierarchy; setLimits writes
-// the limits. A missing controller is left out; the caller reports it.
+// create makes the sandbox's folder in every hierarchy and records it in
+// the registry, so that a later airlock finds it if this one dies.
 func (h *cgroupHost) create(name string) (*cgroup, error) {
 	cg := &cgroup{host: h, dirs: map[*hierarchy]string{}}
+	var paths []string
 	for _, hy := range h.hierarchies() {
-		dir, err := h.mkdir(hy, name)
+		dir, err := mkdirParent(hy, h.parents[hy], name)
 		if err != nil {
-			cg.remove()
+			_ = cg.remove()
 			return nil, err
 		}
 		cg.dirs[hy] = dir
+		paths = append(paths, dir)
 	}
-	dirs, v2 := map[string]string{}, map[string]bool{}
-	for _, c := range []string{ctlMemory, ctlCPU, ctlPids} {
-		if d, ok := cg.dir(c); ok {
-			dirs[c], v2[c] = d, cg.v2(c)
-		}
+	reg, err := register(name, paths)
+	if err != nil {
+		_ = cg.remove()
+		return nil, err
 	}
-	cg.stat = cgstat.New(dirs, v2)
+	cg.reg = reg
 	return cg, nil
 }
 
-// mkdir creates parent/name under hy, creating parent if needed. Another
-// airlock may remove an empty parent at any moment, so ENOENT is retried.
-func (h *cgroupHost) mkdir(hy *hierarchy, name string) (string, error) {
-	parent := filepath.Join(hy.mount, h.parent)
+// mkdirParent creates parent/name, creating parent if needed (and, on v2,
+// enabling the controllers down to it). Another airlock may remove an
+// empty parent at any moment, so ENOENT is retried.
+func mkdirParent(hy *hierarchy, parent, name string) (string, error) {
 	dir := filepath.Join(parent, name)
 	var err error
 	for range 20 {
-		if err = os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		if err = os.MkdirAll(parent, 0o755); err != nil {
 			return "", fmt.Errorf("cgroup %s: %w", parent, err)
 		}
 		if hy.v2 {
-			if err = enableControllers(hy.mount, parent); err != nil {
+			if err = enableChain(hy, parent); err != nil {
 				continue
 			}
 		}
@@ -183,31 +359,110 @@ func (h *cgroupHost) mkdir(hy *hierarchy, name string) (string, error) {
 	return "", fmt.Errorf("cgroup %s: %w", dir, err)
 }
 
-// enableControllers turns on memory, cpu and pids for the children of
-// every folder from the v2 root down to dir.
-func enableControllers(root, dir string) error {
-	rel, err := filepath.Rel(root, dir)
-	if err != nil {
-		return err
+// enableChain enables the controllers in every v2 folder from the
+// hierarchy's root (or this process's delegated cgroup) down to dir.
+func enableChain(hy *hierarchy, dir string) error {
+	top := hy.mount
+	if own := filepath.Join(hy.mount, hy.own); hy.own != "/" && strings.HasPrefix(dir, own+"/") {
+		top = own
 	}
-	cur := root
-	for _, part := range append([]string{""}, strings.Split(rel, "/")...) {
+	rel, err := filepath.Rel(top, dir)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("cgroup %s is not below %s", dir, top)
+	}
+	cur := top
+	for _, part := range append([]string{"."}, strings.Split(rel, "/")...) {
 		cur = filepath.Join(cur, part)
-		avail, err := os.ReadFile(filepath.Join(cur, "cgroup.controllers"))
+		if err := enableControllers(cur); err != nil {
+			return fmt.Errorf("cgroup %s: %w", cur, err)
+		}
+	}
+	return nil
+}
+
+func (cg *cgroup) each(f func(hy *hierarchy, dir string) error) error {
+	for _, hy := range cg.host.hierarchies() {
+		if d, ok := cg.dirs[hy]; ok {
+			if err := f(hy, d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// addProc moves pid into the sandbox's top folder in every hierarchy.
+func (cg *cgroup) addProc(pid int) error {
+	return cg.each(func(_ *hierarchy, d string) error { return writeFile(d, "cgroup.procs", strconv.Itoa(pid)) })
+}
+
+// split makes the init and procs folders, moves init into its own, and
+// hands the sandbox's v2 folders to the sandbox's root (owner: host id
+// owner), so that init may start processes in them: CLONE_INTO_CGROUP
+// checks the caller's write access to the target and to the common
+// ancestor of source and target.
+func (cg *cgroup) split(initPid, owner int) error {
+	return cg.each(func(hy *hierarchy, d string) error {
+		for _, sub := range []string{cgInit, cgProcs} {
+			if err := os.Mkdir(filepath.Join(d, sub), 0o755); err != nil {
+				return fmt.Errorf("cgroup: %w", err)
+			}
+		}
+		if err := writeFile(filepath.Join(d, cgInit), "cgroup.procs", strconv.Itoa(initPid)); err != nil {
+			return err
+		}
+		if !hy.v2 {
+			return nil
+		}
+		// Only a v2 folder without processes of its own may enable
+		// controllers for its children: init has just left.
+		for _, dir := range []string{d, filepath.Join(d, cgProcs)} {
+			if err := enableControllers(dir); err != nil {
+				return fmt.Errorf("cgroup %s: %w", dir, err)
+			}
+		}
+		return os.Chown(filepath.Join(d, "cgroup.procs"), owner, owner)
+	})
+}
+
+// setLimits writes the policy's caps on procs and init's reserve.
+func (cg *cgroup) setLimits(lim cgLimits) error {
+	if d, ok := cg.dir(ctlMemory); ok {
+		v2 := cg.host.ctl[ctlMemory].v2
+		if err := setMemory(filepath.Join(d, cgProcs), lim.memory, v2); err != nil {
+			return err
+		}
+		if !v2 {
+			// v1 leaves socket buffers out of the memory counter; a TCP
+			// cap of its own, as large, bounds them.
+			if err := writeFile(filepath.Join(d, cgProcs), "memory.kmem.tcp.limit_in_bytes", strconv.FormatInt(max(lim.memory/4, 4<<20), 10)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+		if err := setMemory(filepath.Join(d, cgInit), lim.initMemory, v2); err != nil {
+			return err
+		}
+	}
+	if d, ok := cg.dir(ctlCPU); ok {
+		const period = 100000
+		quota := max(1000, int64(lim.cpus*period))
+		d = filepath.Join(d, cgProcs)
+		var err error
+		if cg.host.ctl[ctlCPU].v2 {
+			err = writeFile(d, "cpu.max", fmt.Sprintf("%d %d", quota, period))
+		} else if err = writeFile(d, "cpu.cfs_period_us", strconv.Itoa(period)); err == nil {
+			err = writeFile(d, "cpu.cfs_quota_us", strconv.FormatInt(quota, 10))
+		}
 		if err != nil {
 			return err
 		}
-		var want []string
-		for _, c := range strings.Fields(string(avail)) {
-			if c == ctlMemory || c == ctlCPU || c == ctlPids {
-				want = append(want, "+"+c)
-			}
+	}
+	if d, ok := cg.dir(ctlPids); ok {
+		if err := writeFile(filepath.Join(d, cgProcs), "pids.max", strconv.Itoa(lim.pids)); err != nil {
+			return err
 		}
-		if len(want) == 0 {
-			continue
-		}
-		if err := os.WriteFile(filepath.Join(cur, "cgroup.subtree_control"), []byte(strings.Join(want, " ")), 0); err != nil {
-			return fmt.Errorf("enable %v in %s: %w", want, cur, err)
+		if err := writeFile(filepath.Join(d, cgInit), "pids.max", strconv.Itoa(initPids)); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -222,11 +477,6 @@ func (cg *cgroup) dir(ctl string) (string, bool) {
 	return d, ok
 }
 
-func (cg *cgroup) v2(ctl string) bool {
-	hy := cg.host.ctl[ctl]
-	return hy != nil && hy.v2
-}
-
 func writeFile(dir, name, val string) error {
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(val), 0); err != nil {
 		return fmt.Errorf("cgroup %s: %w", name, err)
@@ -234,40 +484,10 @@ func writeFile(dir, name, val string) error {
 	return nil
 }
 
-func (cg *cgroup) setLimits(lim cgLimits) error {
-	if err := cg.setMemory(lim.memory); err != nil {
-		return err
-	}
-	if d, ok := cg.dir(ctlCPU); ok {
-		const period = 100000
-		quota := max(1000, int64(lim.cpus*period))
-		var err error
-		if cg.v2(ctlCPU) {
-			err = writeFile(d, "cpu.max", fmt.Sprintf("%d %d", quota, period))
-		} else if err = writeFile(d, "cpu.cfs_period_us", strconv.Itoa(period)); err == nil {
-			err = writeFile(d, "cpu.cfs_quota_us", strconv.FormatInt(quota, 10))
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if d, ok := cg.dir(ctlPids); ok {
-		if err := writeFile(d, "pids.max", strconv.Itoa(lim.pids)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// setMemory caps memory and forbids swap. It may be called again to raise
-// the cap (input files are added on top of the policy's memory).
-func (cg *cgroup) setMemory(bytes int64) error {
-	d, ok := cg.dir(ctlMemory)
-	if !ok {
-		return nil
-	}
+// setMemory caps memory in folder d and forbids swap.
+func setMemory(d string, bytes int64, v2 bool) error {
 	v := strconv.FormatInt(bytes, 10)
-	if cg.v2(ctlMemory) {
+	if v2 {
 		if err := writeFile(d, "memory.max", v); err != nil {
 			return err
 		}
@@ -276,44 +496,203 @@ func (cg *cgroup) setMemory(bytes int64) error {
 		}
 		return nil
 	}
-	// v1: memsw (memory+swap) must stay >= limit, so the order depends on
-	// whether the cap goes up or down; try both orders.
-	memsw := filepath.Join(d, "memory.memsw.limit_in_bytes")
-	_, hasSwap := os.Stat(memsw)
-	if hasSwap == nil {
-		if err := writeFile(d, "memory.memsw.limit_in_bytes", v); err == nil {
-			return writeFile(d, "memory.limit_in_bytes", v)
-		}
-	}
+	// v1: memsw (memory+swap) must stay >= limit; the limit goes first
+	// on a fresh folder.
 	if err := writeFile(d, "memory.limit_in_bytes", v); err != nil {
 		return err
 	}
-	if hasSwap == nil {
+	if _, err := os.Stat(filepath.Join(d, "memory.memsw.limit_in_bytes")); err == nil {
 		return writeFile(d, "memory.memsw.limit_in_bytes", v)
 	}
 	return writeFile(d, "memory.swappiness", "0")
 }
 
-// addProc moves pid into the cgroup in every hierarchy.
-func (cg *cgroup) addProc(pid int) error {
-	for _, d := range cg.dirs {
-		if err := writeFile(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+// procCgroup is one process's folder under procs, in every hierarchy.
+type procCgroup struct {
+	host *cgroupHost
+	dirs map[*hierarchy]string
+	stat *cgstat.Group
+}
+
+// newProc makes the folder of process name, and opens what init needs to
+// start the process there: the v1 folders' "tasks" files and the v2
+// folder itself (tasks, dir), which the caller closes. owner is the host
+// id of the sandbox's root, who gets the v2 folder's cgroup.procs.
+func (cg *cgroup) newProc(name string, owner int) (p *procCgroup, tasks []*os.File, dir *os.File, err error) {
+	p = &procCgroup{host: cg.host, dirs: map[*hierarchy]string{}}
+	defer func() {
+		if err != nil {
+			for _, f := range tasks {
+				f.Close()
+			}
+			if dir != nil {
+				dir.Close()
+			}
+			_ = p.remove()
+		}
+	}()
+	err = cg.each(func(hy *hierarchy, d string) error {
+		pd := filepath.Join(d, cgProcs, name)
+		if err := os.Mkdir(pd, 0o755); err != nil {
+			return fmt.Errorf("cgroup: %w", err)
+		}
+		p.dirs[hy] = pd
+		if hy.v2 {
+			if err := os.Chown(filepath.Join(pd, "cgroup.procs"), owner, owner); err != nil {
+				return fmt.Errorf("cgroup: %w", err)
+			}
+			f, err := os.OpenFile(pd, unix.O_PATH|unix.O_DIRECTORY, 0)
+			if err != nil {
+				return fmt.Errorf("cgroup: %w", err)
+			}
+			dir = f
+			return nil
+		}
+		f, err := os.OpenFile(filepath.Join(pd, "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("cgroup: %w", err)
+		}
+		tasks = append(tasks, f)
+		return nil
+	})
+	if err != nil {
+		return p, tasks, dir, err
+	}
+	dirs, v2 := map[string]string{}, map[string]bool{}
+	for _, c := range []string{ctlMemory, ctlCPU, ctlPids} {
+		if hy := cg.host.ctl[c]; hy != nil {
+			dirs[c], v2[c] = p.dirs[hy], hy.v2
+		}
+	}
+	p.stat = cgstat.New(dirs, v2)
+	if d, ok := cg.dir(ctlPids); ok {
+		p.stat.CountPidsEventsOf(filepath.Join(d, cgProcs))
+	}
+	return p, tasks, dir, nil
+}
+
+// sweepTimeout bounds one sweep.
+const sweepTimeout = 10 * time.Second
+
+// sweep kills everything in the process's folder and waits until it is
+// empty.
+func (p *procCgroup) sweep() error {
+	return sweepDirs(p.host, p.dirs)
+}
+
+// sweepDirs kills everything in dirs (one folder per hierarchy) with the
+// host's sweep mechanism, and waits until the folders are empty.
+func sweepDirs(h *cgroupHost, dirs map[*hierarchy]string) error {
+	deadline := time.Now().Add(sweepTimeout)
+	if t := h.track; t != nil && dirs[t] != "" {
+		d := dirs[t]
+		if t.v2 {
+			if err := writeFile(d, "cgroup.kill", "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		} else if err := freezeAndKill(d, deadline); err != nil {
+			return err
+		}
+	}
+	for _, d := range dirs {
+		if err := killUntilEmpty(d, deadline); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// remove kills anything still inside (nothing should be) and removes the
-// cgroup folders, then the shared parent folder if it is empty.
+// freezeAndKill freezes a v1 freezer folder, so that nothing in it can
+// fork, kills everything in it, and thaws it for the kills to land.
+func freezeAndKill(d string, deadline time.Time) error {
+	if err := writeFile(d, "freezer.state", "FROZEN"); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(d, "freezer.state"))
+		if err != nil || strings.TrimSpace(string(b)) == "FROZEN" {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s did not freeze", d)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	killCgroupProcs(d)
+	return writeFile(d, "freezer.state", "THAWED")
+}
+
+// killUntilEmpty kills what is in folder d until no process is left in it.
+func killUntilEmpty(d string, deadline time.Time) error {
+	for wait := 50 * time.Microsecond; ; wait = min(wait*2, 5*time.Millisecond) {
+		if killCgroupProcs(d) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s: processes still running after %v", d, sweepTimeout)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// killCgroupProcs sends SIGKILL to every process listed in folder d and
+// says how many it found.
+func killCgroupProcs(d string) int {
+	b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+	n := 0
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			n++
+		}
+	}
+	return n
+}
+
+// remove deletes the process's folders; they must be empty.
+func (p *procCgroup) remove() error {
+	var errs []error
+	for _, d := range p.dirs {
+		errs = append(errs, removeCgroupDir(d))
+	}
+	return errors.Join(errs...)
+}
+
+// remove kills anything still inside and removes the sandbox's folders,
+// deepest first, then the registry entry and the shared parent folder if
+// it is empty.
 func (cg *cgroup) remove() error {
 	var errs []error
 	for hy, d := range cg.dirs {
-		if err := removeCgroupDir(d); err != nil {
-			errs = append(errs, err)
-		}
-		_ = os.Remove(filepath.Join(hy.mount, cg.host.parent))
+		errs = append(errs, removeTree(d))
+		_ = os.Remove(cg.host.parents[hy])
 	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if cg.reg != "" {
+		_ = os.Remove(cg.reg)
+	}
+	return nil
+}
+
+// removeTree kills what is in a cgroup folder and its children and
+// removes them, children first.
+func removeTree(d string) error {
+	ents, err := os.ReadDir(d)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	var errs []error
+	for _, e := range ents {
+		if e.IsDir() {
+			errs = append(errs, removeTree(filepath.Join(d, e.Name())))
+		}
+	}
+	errs = append(errs, removeCgroupDir(d))
 	return errors.Join(errs...)
 }
 
@@ -334,36 +713,77 @@ func removeCgroupDir(d string) error {
 	return fmt.Errorf("remove cgroup %s: %w", d, err)
 }
 
-func killCgroupProcs(d string) {
-	b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
+// registryDir holds one file per live native sandbox, named like its
+// cgroup folder and listing those folders: a later airlock removes the
+// folders of dead owners from it, wherever they were placed. Rootless
+// sandboxes have no registry; their cgroup parents are scanned instead.
+const registryDir = "/run/airlock/native"
+
+func register(name string, dirs []string) (string, error) {
+	if os.Geteuid() != 0 {
+		return "", nil
 	}
+	if err := os.MkdirAll(registryDir, 0o700); err != nil {
+		return "", fmt.Errorf("sandbox registry: %w", err)
+	}
+	p := filepath.Join(registryDir, name)
+	if err := os.WriteFile(p, []byte(strings.Join(dirs, "\n")+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("sandbox registry: %w", err)
+	}
+	return p, nil
 }
 
 // cleanupStale removes the cgroups of airlock processes that died without
-// cleaning up (killed with SIGKILL, say). Sandboxes of live processes are
-// left alone.
+// cleaning up (killed with SIGKILL, say): those in the registry, and
+// those under the parent folders this host places sandboxes in. Sandboxes
+// of live processes are left alone.
 func (h *cgroupHost) cleanupStale() []string {
 	var removed []string
-	for _, hy := range h.hierarchies() {
-		parent := filepath.Join(hy.mount, h.parent)
-		ents, err := os.ReadDir(parent)
-		if err != nil {
+	ents, _ := os.ReadDir(registryDir)
+	for _, e := range ents {
+		owner, _, ok := hostdir.SplitName(e.Name())
+		if !ok || hostdir.OwnerAlive(owner) {
 			continue
 		}
-		for _, e := range ents {
-			if owner, _, ok := hostdir.SplitName(e.Name()); !e.IsDir() || !ok || hostdir.OwnerAlive(owner) {
+		p := filepath.Join(registryDir, e.Name())
+		b, _ := os.ReadFile(p)
+		clean := true
+		for _, d := range strings.Fields(string(b)) {
+			if !isCgroupDir(d) {
+				continue // gone, or not a cgroup folder: never touch it
+			}
+			if removeTree(d) == nil {
+				removed = append(removed, d)
+			} else {
+				clean = false
+			}
+		}
+		if clean {
+			_ = os.Remove(p)
+		}
+	}
+	for _, parent := range h.parents {
+		kids, _ := os.ReadDir(parent)
+		for _, e := range kids {
+			owner, _, ok := hostdir.SplitName(e.Name())
+			if !e.IsDir() || !ok || hostdir.OwnerAlive(owner) {
 				continue
 			}
 			d := filepath.Join(parent, e.Name())
-			if removeCgroupDir(d) == nil {
+			if removeTree(d) == nil {
 				removed = append(removed, d)
 			}
 		}
 		_ = os.Remove(parent)
 	}
 	return removed
+}
+
+// isCgroupDir tells whether d is a folder on a cgroup file system.
+func isCgroupDir(d string) bool {
+	var st unix.Statfs_t
+	if unix.Statfs(d, &st) != nil {
+		return false
+	}
+	return st.Type == unix.CGROUP_SUPER_MAGIC || st.Type == unix.CGROUP2_SUPER_MAGIC
 }

@@ -19,6 +19,12 @@ const (
 `
 )
 
+// hybridFreezer is hybrid with the freezer mounted at its root.
+var hybridFreezer = strings.Replace(hybrid, "0:33 /docker /sys/fs/cgroup/freezer", "0:33 / /sys/fs/cgroup/freezer", 1)
+
+// selfAtRoot is /proc/self/cgroup of a process at every hierarchy's root.
+const selfAtRoot = "0::/\n"
+
 func TestParseCgroups(t *testing.T) {
 	cases := []struct {
 		name, table, v2offers string
@@ -34,7 +40,7 @@ func TestParseCgroups(t *testing.T) {
 			"memory": "v1 /sys/fs/cgroup/memory", "cpu": "v1 /sys/fs/cgroup/cpu,cpuacct", "pids": "v2 /sys/fs/cgroup/unified"}},
 	}
 	for _, c := range cases {
-		h := parseCgroups(strings.NewReader(c.table), "airlock", func(string) string { return c.v2offers })
+		h := parseCgroups(strings.NewReader(c.table), strings.NewReader(selfAtRoot), "airlock", false, func(string) string { return c.v2offers })
 		got := map[string]string{}
 		for ctl, hy := range h.ctl {
 			v := "v1 "
@@ -51,6 +57,42 @@ func TestParseCgroups(t *testing.T) {
 			if got[k] != v {
 				t.Errorf("%s: %s on %q, want %q", c.name, k, got[k], v)
 			}
+		}
+	}
+}
+
+// TestCgroupTracking checks where processes are swept and where
+// sandboxes are placed, from recorded tables.
+func TestCgroupTracking(t *testing.T) {
+	const own = "4:memory:/slice/airlock.service\n8:pids:/\n6:freezer:/\n0::/slice/airlock.service\n"
+	cases := []struct {
+		name, table, self, v2offers string
+		trackUnified                bool
+		track                       string // "v2 MOUNT", "v1 MOUNT" or ""
+		memParent                   string
+	}{
+		{"pure v2: cgroup.kill", pureV2, selfAtRoot, "memory pids cpu", false, "v2 /sys/fs/cgroup", "/sys/fs/cgroup/airlock"},
+		{"hybrid, the freezer not at its root: a kill loop", hybrid, selfAtRoot, "", false, "", "/sys/fs/cgroup/memory/airlock"},
+		{"hybrid: the v1 freezer", hybridFreezer, selfAtRoot, "", false, "v1 /sys/fs/cgroup/freezer", "/sys/fs/cgroup/memory/airlock"},
+		{"hybrid, forced onto the unified hierarchy", hybridFreezer, selfAtRoot, "", true, "v2 /sys/fs/cgroup/unified", "/sys/fs/cgroup/memory/airlock"},
+		{"hybrid, airlock in a v1 cgroup of its own", hybridFreezer, own, "", false, "v1 /sys/fs/cgroup/freezer", "/sys/fs/cgroup/memory/slice/airlock.service/airlock"},
+	}
+	for _, c := range cases {
+		h := parseCgroups(strings.NewReader(c.table), strings.NewReader(c.self), "airlock", c.trackUnified, func(string) string { return c.v2offers })
+		got := ""
+		if h.track != nil {
+			got = "v1 " + h.track.mount
+			if h.track.v2 {
+				got = "v2 " + h.track.mount
+			}
+		}
+		if got != c.track {
+			t.Errorf("%s: processes swept on %q, want %q", c.name, got, c.track)
+		}
+		mem := h.ctl[ctlMemory]
+		parent, _ := h.parentIn(mem)
+		if parent != c.memParent {
+			t.Errorf("%s: memory parent %q, want %q", c.name, parent, c.memParent)
 		}
 	}
 }

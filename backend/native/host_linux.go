@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -26,7 +27,7 @@ type hostInfo struct {
 	cgroupErr   error // why cgroups cannot be created, or nil
 }
 
-func probeHost(cgroupParent string) *hostInfo {
+func probeHost(cgroupParent string, trackUnified bool) *hostInfo {
 	h := &hostInfo{uid: os.Geteuid(), gid: os.Getegid()}
 	h.root = h.uid == 0
 	var u unix.Utsname
@@ -38,7 +39,7 @@ func probeHost(cgroupParent string) *hostInfo {
 	_, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
 	h.seccomp = err == nil
 	h.landlockABI = nsinit.LandlockABI()
-	h.cgroups = detectCgroups(cgroupParent)
+	h.cgroups = detectCgroups(cgroupParent, trackUnified)
 	h.cgroupErr = cgroupsWritable(h.cgroups)
 	return h
 }
@@ -80,43 +81,24 @@ func cgroupsWritable(h *cgroupHost) error {
 		return fmt.Errorf("no cgroup hierarchy offers memory, cpu or pids")
 	}
 	for _, hy := range hs {
-		dir := hy.mount + "/" + h.parent
-		if _, err := os.Stat(dir); err == nil {
-			if unix.Access(dir, unix.W_OK) != nil {
-				return fmt.Errorf("cannot write %s", dir)
+		dir := h.parents[hy]
+		for p := dir; ; p = filepath.Dir(p) {
+			if _, err := os.Stat(p); err == nil {
+				if unix.Access(p, unix.W_OK) != nil {
+					return fmt.Errorf("cannot write %s (not root and no delegated cgroup)", p)
+				}
+				break
 			}
-			continue
-		}
-		if unix.Access(hy.mount, unix.W_OK) != nil {
-			return fmt.Errorf("cannot create %s (not root and no delegated cgroup)", dir)
+			if p == hy.mount || p == "/" {
+				return fmt.Errorf("cgroup %s is missing", p)
+			}
 		}
 	}
 	return nil
 }
 
-// weakened lists the layers that would run weaker than their full form
-// here. An empty list means every layer is at full strength.
-func (h *hostInfo) weakened() []string {
-	var w []string
-	for _, c := range []struct{ ctl, fallback string }{
-		{ctlMemory, "memory: RLIMIT_AS per process, set just after the command starts (and on what it forked meanwhile), instead of a cgroup cap; no OOM report"},
-		{ctlCPU, "cpu: no quota; RLIMIT_CPU, set just after the command starts, caps its CPU seconds instead"},
-		{ctlPids, "pids: RLIMIT_NPROC instead of a cgroup cap"},
-	} {
-		if h.cgroupErr != nil || h.cgroups.ctl[c.ctl] == nil {
-			w = append(w, c.fallback)
-		}
-	}
-	switch {
-	case h.landlockABI == 0:
-		w = append(w, "filesystem: no Landlock (kernel lacks it); mounts alone keep the root read-only")
-	case h.landlockABI < 6:
-		w = append(w, fmt.Sprintf("privileges: Landlock ABI %d cannot scope signals and abstract sockets (needs 6)", h.landlockABI))
-	}
-	return w
-}
-
-// mechanisms describes every layer's mechanism for doctor.
+// mechanisms describes every layer's mechanism on this host; doctor
+// prints them and Result.Weakened lists those not at full strength.
 func (h *hostInfo) mechanisms() []sandbox.Mechanism {
 	m := func(layer, name string, ok bool, strength sandbox.Strength, detail string) sandbox.Mechanism {
 		if ok {
@@ -129,34 +111,64 @@ func (h *hostInfo) mechanisms() []sandbox.Mechanism {
 	if h.userNS != nil {
 		nsDetail = h.userNS.Error()
 	}
+	llDetail := fmt.Sprintf("ABI %d", h.landlockABI)
+	if h.landlockABI == 0 {
+		llDetail = "the kernel lacks Landlock; mounts alone keep the root read-only"
+	}
+	scopeDetail := "signals and abstract sockets (ABI 6+)"
+	if h.landlockABI < 6 {
+		scopeDetail = fmt.Sprintf("Landlock ABI %d cannot scope signals and abstract sockets (needs 6)", h.landlockABI)
+	}
 	out = append(out,
 		m("filesystem", "namespaces", h.userNS == nil, sandbox.Missing, nsDetail),
 		m("filesystem", "mount API", h.mountAPI, sandbox.Missing, "kernel "+h.kernel+" (needs 5.12+)"),
-		m("filesystem", "landlock", h.landlockABI > 0, sandbox.Weaker, fmt.Sprintf("ABI %d", h.landlockABI)),
+		m("filesystem", "landlock", h.landlockABI > 0, sandbox.Weaker, llDetail),
 		m("network", "network namespace", h.userNS == nil, sandbox.Missing, "only lo inside"),
 		m("privileges", "seccomp", h.seccomp, sandbox.Missing, "allowlist filter"),
-		m("privileges", "landlock scoping", h.landlockABI >= 6, sandbox.Weaker, "signals and abstract sockets (ABI 6+)"),
+		m("privileges", "landlock scoping", h.landlockABI >= 6, sandbox.Weaker, scopeDetail),
 	)
-	for _, c := range []string{ctlMemory, ctlCPU, ctlPids} {
-		d, ok := h.cgroups.describe(c)
-		if ok && h.cgroupErr != nil {
+	cg := h.cgroupErr == nil
+	for _, c := range []struct{ ctl, fallback string }{
+		{ctlMemory, "RLIMIT_AS per process instead of a cap on the sandbox: all its processes together may hold up to the pids cap times the memory cap; no OOM report"},
+		{ctlCPU, "no quota; RLIMIT_CPU caps each process's CPU seconds at the timeout times the CPUs"},
+		{ctlPids, "RLIMIT_NPROC, counted per user, instead of a cap on the sandbox"},
+	} {
+		d, ok := h.cgroups.describe(c.ctl)
+		if ok && !cg {
 			ok, d = false, d+": "+h.cgroupErr.Error()
 		}
-		out = append(out, m("resources", "cgroup "+c, ok, sandbox.Weaker, d+rlimitNote(ok)))
+		if !ok {
+			d += "; " + c.fallback
+		}
+		out = append(out, m("resources", "cgroup "+c.ctl, ok, sandbox.Weaker, d))
 	}
-	rootless := "running as root: uid 1000 inside maps to an unprivileged host id"
-	if !h.root {
-		rootless = fmt.Sprintf("rootless: uid 1000 inside maps to your uid %d", h.uid)
+	mem := h.cgroups.ctl[ctlMemory]
+	switch {
+	case !cg || mem == nil:
+		out = append(out, m("resources", "socket buffers", false, sandbox.Weaker, "not counted: no memory cgroup"))
+	case mem.v2:
+		out = append(out, m("resources", "socket buffers", true, sandbox.Full, "counted in the memory cap"))
+	default:
+		out = append(out, m("resources", "socket buffers", true, sandbox.Full,
+			"cgroup v1: TCP buffers have a cap of their own, a quarter of the memory cap (kmem.tcp); UDP sockets are refused, since v1 cannot count them"))
 	}
-	out = append(out, m("privileges", "user mapping", true, sandbox.Full, rootless))
+	if cg {
+		out = append(out, m("lifecycle", "sweep", true, sandbox.Full, h.cgroups.sweepMechanism()))
+		if h.cgroups.placement != "" {
+			out = append(out, m("resources", "cgroup placement", true, sandbox.Full, h.cgroups.placement))
+		}
+	} else {
+		out = append(out, m("lifecycle", "sweep", false, sandbox.Weaker,
+			"no cgroup: what a process left is found by its session; a daemon that starts a session of its own is killed once it is orphaned"))
+	}
+	if h.root {
+		out = append(out, m("privileges", "user mapping", true, sandbox.Full,
+			"uid 0 and 1000 inside map to a host id range of the sandbox's own, which owns its user namespace: nothing is charged to a host account"))
+	} else {
+		out = append(out, m("privileges", "user mapping", false, sandbox.Weaker,
+			fmt.Sprintf("rootless: uid 1000 inside maps to your uid %d, and per-user kernel counts made inside are charged to your account", h.uid)))
+	}
 	return out
-}
-
-func rlimitNote(ok bool) string {
-	if ok {
-		return ""
-	}
-	return "; falls back to rlimits"
 }
 
 // probeError says why the native backend cannot run here at all.

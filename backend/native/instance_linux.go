@@ -1,16 +1,12 @@
 package native
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +15,6 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/internal/command"
 	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
 	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
-	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -30,38 +25,67 @@ type instance struct {
 	backend  *Backend
 	policy   sandbox.Policy
 	weakened []string
-	rootless bool
 	imageEnv map[string]string // the image's own environment
 	fromPool bool              // came prestarted: its Destroy asks for a replacement
 
 	cmd      *exec.Cmd
 	initErr  *command.CapBuffer // init's stderr, for error messages
 	ch       *nsinit.Channel
-	cg       *cgroup       // nil when cgroups are unavailable
-	proxy    *egress.Proxy // nil when the network is off
-	hostRoot int           // host uid and gid of the sandbox's root; -1 rootless
-	outDir   *os.File
-	inMount  *os.File      // writable detached mount of /workspace/input
-	dead     chan struct{} // closed when init has been reaped
+	cg       *cgroup  // nil when cgroups are unavailable
+	ids      *idLease // the host id range; nil rootless
+	hostRoot int      // host uid and gid of the sandbox's root
+	dead     chan struct{}
+	files    files
 
 	seq     atomic.Uint64
 	mu      sync.Mutex
-	pending map[uint64]chan nsinit.Message
-	gone    error // set once the control channel failed
+	pending map[uint64]chan reply
+	gone    error    // set once the control channel failed
+	outDir  *os.File // /workspace/output, from init; nil once destroyed
+	egress  *os.File // the egress listener init opened; nil once taken
+	done    chan struct{}
+	err     error // why done is closed
 
+	procs      sync.WaitGroup // processes whose sweep and cleanup still run
 	destroy    sync.Once
 	destroyErr error
 }
 
-var _ sandbox.Instance = (*instance)(nil)
+var (
+	_ sandbox.Instance        = (*instance)(nil)
+	_ sandbox.OutputDirOpener = (*instance)(nil)
+	_ sandbox.NetworkAttacher = (*instance)(nil)
+)
 
 // ID is the sandbox's id.
 func (i *instance) ID() string { return i.id }
 
-// boot creates the cgroup and starts init in new namespaces; init then
-// waits for its config. A booted instance may wait in the backend's pool.
+// Done is closed when the sandbox has ended.
+func (i *instance) Done() <-chan struct{} { return i.done }
+
+// Err says why the sandbox ended: ErrDestroyed, or a cause wrapping
+// ErrDied when init died by itself.
+func (i *instance) Err() error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.err
+}
+
+// end closes done once, with err as the reason.
+func (i *instance) end(err error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.err == nil {
+		i.err = err
+		close(i.done)
+	}
+}
+
+// boot creates the cgroup and starts init in new namespaces, owned by a
+// host id of the sandbox's own; init then waits for its config. A booted
+// instance may wait in the backend's pool.
 func (b *Backend) boot(h *hostInfo) (*instance, error) {
-	i := &instance{backend: b, rootless: !h.root, pending: map[uint64]chan nsinit.Message{}, dead: make(chan struct{})}
+	i := &instance{backend: b, pending: map[uint64]chan reply{}, dead: make(chan struct{}), done: make(chan struct{})}
 	if err := i.bootInit(h); err != nil {
 		_ = i.Destroy(context.Background())
 		return nil, err
@@ -70,6 +94,14 @@ func (b *Backend) boot(h *hostInfo) (*instance, error) {
 }
 
 func (i *instance) bootInit(h *hostInfo) error {
+	i.hostRoot = h.uid
+	if h.root {
+		lease, err := leaseIDs()
+		if err != nil {
+			return err
+		}
+		i.ids, i.hostRoot = lease, lease.base
+	}
 	if h.cgroupErr == nil {
 		cg, err := h.cgroups.create(hostdir.Owner() + "-" + hostdir.NewID())
 		if err != nil {
@@ -82,12 +114,17 @@ func (i *instance) bootInit(h *hostInfo) error {
 		return err
 	}
 	i.initErr = command.NewCapBuffer(16<<10, nil)
-	i.hostRoot = -1
-	if h.root {
-		i.hostRoot = hostIDBase()
-	}
 	i.cmd = initCommand(h, theirs, i.initErr, i.hostRoot)
-	err = runLocked(i.cmd.Start, func() {
+	owner := -1
+	if h.root {
+		owner = i.hostRoot
+	}
+	err = runLocked(func() error {
+		if err := becomeOwner(owner); err != nil {
+			return err
+		}
+		return i.cmd.Start()
+	}, func() {
 		_ = i.cmd.Wait()
 		close(i.dead)
 	})
@@ -106,11 +143,42 @@ func (i *instance) bootInit(h *hostInfo) error {
 		}
 	}
 	// Init says hello once its runtime is up; a prestarted sandbox is
-	// only ready to hand out after that.
+	// only ready to hand out after its boot.
 	m, files, err := i.ch.Recv()
 	nsinit.CloseAll(files)
 	if err != nil || m.Op != nsinit.OpHello {
 		return fmt.Errorf("sandbox init did not start: %v %q%s", err, m.Op, i.initStderr())
+	}
+	noexec := make(chan error, 1)
+	if h.root {
+		go func() { noexec <- setMemfdNoexec(i.cmd.Process.Pid) }()
+	} else {
+		noexec <- nil
+	}
+	if err := i.syncRequest(nsinit.Message{Op: nsinit.OpBoot}); err != nil {
+		return fmt.Errorf("boot sandbox init: %w%s", err, i.initStderr())
+	}
+	if i.cg != nil {
+		if err := i.cg.split(i.cmd.Process.Pid, i.hostRoot); err != nil {
+			return err
+		}
+	}
+	return <-noexec
+}
+
+// syncRequest sends m and waits for init's reply before the read loop
+// runs (during boot and configuration).
+func (i *instance) syncRequest(m nsinit.Message, files ...*os.File) error {
+	if err := i.ch.Send(m, files...); err != nil {
+		return err
+	}
+	r, rf, err := i.ch.Recv()
+	nsinit.CloseAll(rf)
+	if err != nil {
+		return err
+	}
+	if r.Error != "" {
+		return errors.New(r.Error)
 	}
 	return nil
 }
@@ -118,18 +186,19 @@ func (i *instance) bootInit(h *hostInfo) error {
 // configure sets the policy's cgroup limits, hands init its root plan and
 // limits, and waits until the root is built.
 func (i *instance) configure(ctx context.Context, h *hostInfo, plan []nsinit.RootEntry) error {
+	lim := i.policy.Limits
 	if i.cg != nil {
-		lim := i.policy.Limits
-		if err := i.cg.setLimits(cgLimits{memory: lim.MemoryBytes, cpus: lim.CPUs, pids: lim.Pids + InitTasks}); err != nil {
+		if err := i.cg.setLimits(cgLimits{memory: lim.MemoryBytes, cpus: lim.CPUs, pids: lim.Pids,
+			initMemory: initMemory + lim.InputBytes + lim.DiskBytes}); err != nil {
 			return err
 		}
 	}
 	cfg := &nsinit.Config{
 		Hostname: nsinit.Hostname, Root: plan, UID: sandboxUID, GID: sandboxGID,
-		DiskBytes: i.policy.Limits.DiskBytes, DiskInodes: i.policy.Limits.DiskInodes,
-		Limits: i.sandboxLimits(h),
+		DiskBytes: lim.DiskBytes, DiskInodes: lim.DiskInodes, InputBytes: lim.InputBytes,
+		Limits: i.sandboxLimits(h), Sysctls: sandboxSysctls(), SweepByInit: i.cg == nil,
 	}
-	if i.proxy != nil {
+	if i.policy.Network.Enabled() {
 		cfg.EgressPort = egressPort
 	}
 	if err := i.ch.Send(nsinit.Message{Op: nsinit.OpConfig, Config: cfg}); err != nil {
@@ -138,6 +207,10 @@ func (i *instance) configure(ctx context.Context, h *hostInfo, plan []nsinit.Roo
 	ready := make(chan error, 1)
 	go func() {
 		m, files, err := i.ch.Recv()
+		want := 1
+		if cfg.EgressPort > 0 {
+			want = 2
+		}
 		switch {
 		case err != nil:
 			ready <- err
@@ -147,12 +220,15 @@ func (i *instance) configure(ctx context.Context, h *hostInfo, plan []nsinit.Roo
 		case m.Error != "":
 			nsinit.CloseAll(files)
 			ready <- errors.New(m.Error)
-		case len(files) != 2 && (i.proxy == nil || len(files) != 3):
+		case len(files) != want:
 			nsinit.CloseAll(files)
-			ready <- fmt.Errorf("init passed %d descriptors", len(files))
+			ready <- fmt.Errorf("init passed %d descriptors, want %d", len(files), want)
 		default:
-			i.outDir, i.inMount = files[0], files[1]
-			ready <- i.serveEgress(files[2:])
+			i.outDir = files[0]
+			if want == 2 {
+				i.egress = files[1]
+			}
+			ready <- nil
 		}
 	}()
 	var err error
@@ -164,26 +240,50 @@ func (i *instance) configure(ctx context.Context, h *hostInfo, plan []nsinit.Roo
 	if err != nil {
 		return fmt.Errorf("build sandbox: %w%s", err, i.initStderr())
 	}
+	i.files = files{i}
 	go i.readLoop()
 	return nil
+}
+
+// sandboxSysctls are the per-namespace budgets init sets before anything
+// runs: what the code may hold of the kernel's per-user counts, so that
+// none of it falls on the host's accounts or starves other sandboxes.
+func sandboxSysctls() [][2]string {
+	return [][2]string{
+		{"user/max_inotify_instances", "64"},
+		{"user/max_inotify_watches", "16384"},
+		{"user/max_fanotify_groups", "0"},
+		{"user/max_fanotify_marks", "0"},
+		{"user/max_user_namespaces", "0"},
+		{"user/max_mnt_namespaces", "0"},
+		{"user/max_pid_namespaces", "0"},
+		{"user/max_net_namespaces", "0"},
+		{"user/max_ipc_namespaces", "0"},
+		{"user/max_uts_namespaces", "0"},
+		{"user/max_cgroup_namespaces", "0"},
+		{"user/max_time_namespaces", "0"},
+	}
 }
 
 // egressPort is where the proxy listens on the sandbox's lo.
 const egressPort = 3128
 
-// serveEgress starts the proxy on the listening socket init made inside
-// the sandbox's network namespace.
-func (i *instance) serveEgress(files []*os.File) error {
-	if len(files) == 0 {
-		return nil
+// ListenEgress hands over the listening socket init opened on the
+// sandbox's 127.0.0.1:3128; it can be taken once.
+func (i *instance) ListenEgress(ctx context.Context) (net.Listener, error) {
+	i.mu.Lock()
+	f := i.egress
+	i.egress = nil
+	i.mu.Unlock()
+	if f == nil {
+		return nil, fmt.Errorf("egress: the sandbox has no egress rules, or its listener was taken: %w", sandbox.ErrInvalid)
 	}
-	l, err := net.FileListener(files[0])
-	files[0].Close()
+	defer f.Close()
+	l, err := net.FileListener(f)
 	if err != nil {
-		return fmt.Errorf("egress listener: %w", err)
+		return nil, fmt.Errorf("egress listener: %w", err)
 	}
-	go func() { _ = i.proxy.Serve(context.Background(), l) }()
-	return nil
+	return l, nil
 }
 
 // initStderr returns what init printed, for error messages.
@@ -194,8 +294,8 @@ func (i *instance) initStderr() string {
 	return " (init: " + strings.TrimSpace(i.initErr.String()) + ")"
 }
 
-// deadErr is errDead with the first line init printed, if any (a Go
-// runtime's fatal error, for one): it waits a moment for init to be
+// deadErr says that init is gone, with the first line it printed, if any
+// (a Go runtime's fatal error, for one): it waits a moment for init to be
 // reaped, which ends the copy of its stderr.
 func (i *instance) deadErr() error {
 	select {
@@ -204,25 +304,30 @@ func (i *instance) deadErr() error {
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(i.initErr.String()), "\n")
 	if first == "" {
-		return errDead
+		return fmt.Errorf("sandbox init exited: %w", sandbox.ErrDied)
 	}
-	return fmt.Errorf("%w (init: %s)", errDead, first)
+	return fmt.Errorf("sandbox init exited (init: %s): %w", first, sandbox.ErrDied)
 }
 
-// readLoop hands each reply from init to the request waiting for it.
+// readLoop hands each reply from init to the request waiting for it. When
+// the channel fails, init is gone: the sandbox died by itself, unless it
+// was being destroyed.
 func (i *instance) readLoop() {
 	for {
 		m, files, err := i.ch.Recv()
-		nsinit.CloseAll(files)
 		if err != nil {
 			gone := i.deadErr()
 			i.mu.Lock()
-			i.gone = gone
+			if i.gone == nil {
+				i.gone = gone
+			}
+			gone = i.gone
 			for seq, c := range i.pending {
 				close(c)
 				delete(i.pending, seq)
 			}
 			i.mu.Unlock()
+			i.end(gone)
 			return
 		}
 		i.mu.Lock()
@@ -230,22 +335,31 @@ func (i *instance) readLoop() {
 		delete(i.pending, m.Seq)
 		i.mu.Unlock()
 		if c != nil {
-			c <- m
+			c <- reply{m, files}
+		} else {
+			nsinit.CloseAll(files)
 		}
 	}
 }
 
-// request sends one message to init and waits for its reply.
-// A zero m.Seq gets a fresh number.
-func (i *instance) request(ctx context.Context, m nsinit.Message, files ...*os.File) error {
+// reply is one answer from init with the descriptors it carried.
+type reply struct {
+	nsinit.Message
+	files []*os.File
+}
+
+// request sends one message to init and waits for its reply. An error
+// reply is returned as the reply, not as an error. A zero m.Seq gets a
+// fresh number; a process's start carries the process's own.
+func (i *instance) request(ctx context.Context, m nsinit.Message, files ...*os.File) (nsinit.Message, error) {
 	if m.Seq == 0 {
 		m.Seq = i.seq.Add(1)
 	}
-	c := make(chan nsinit.Message, 1)
+	c := make(chan reply, 1)
 	i.mu.Lock()
 	if i.gone != nil {
 		i.mu.Unlock()
-		return i.gone
+		return nsinit.Message{}, i.gone
 	}
 	i.pending[m.Seq] = c
 	i.mu.Unlock()
@@ -253,58 +367,39 @@ func (i *instance) request(ctx context.Context, m nsinit.Message, files ...*os.F
 		i.mu.Lock()
 		delete(i.pending, m.Seq)
 		i.mu.Unlock()
-		return err
+		return nsinit.Message{}, err
 	}
 	select {
 	case r, ok := <-c:
 		if !ok {
-			return i.deadErr()
+			return nsinit.Message{}, i.goneErr()
 		}
-		if r.Error != "" {
-			return errors.New(r.Error)
-		}
-		return nil
+		nsinit.CloseAll(r.files)
+		return r.Message, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		i.mu.Lock()
+		delete(i.pending, m.Seq)
+		i.mu.Unlock()
+		return nsinit.Message{}, ctx.Err()
 	}
 }
 
-// PutInput stores r as /workspace/input/NAME, read-only inside. The file
-// lives in RAM, charged to this process, not to the sandbox's memory cap.
-func (i *instance) PutInput(ctx context.Context, name string, r io.Reader) error {
-	if i.inMount == nil {
-		return sandbox.ErrDestroyed
+// goneErr is why requests fail once init's channel closed.
+func (i *instance) goneErr() error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.gone != nil {
+		return i.gone
 	}
-	return hostdir.WriteInput(ctx, i.inMount, name, r, i.createInput)
+	return sandbox.ErrDestroyed
 }
 
-// createInput creates the file in the input tmpfs. The tmpfs belongs to
-// the sandbox's user namespace, where host root has no id, so as root the
-// file is created by a thread whose filesystem ids are the sandbox root's.
-func (i *instance) createInput(dir *os.File, name string) (*os.File, error) {
-	if i.hostRoot < 0 {
-		return hostdir.CreateInput(dir, name)
-	}
-	type result struct {
-		f   *os.File
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread's ids are changed
-		unix.Setfsgid(i.hostRoot)
-		unix.Setfsuid(i.hostRoot)
-		f, err := hostdir.CreateInput(dir, name)
-		done <- result{f, err}
-	}()
-	r := <-done
-	return r.f, r.err
-}
-
-// Output opens /workspace/output for the artifact filter.
-func (i *instance) Output(ctx context.Context) (*os.File, error) {
+// OpenOutputDir opens /workspace/output for the artifact filter.
+func (i *instance) OpenOutputDir(ctx context.Context) (*os.File, error) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
 	if i.outDir == nil {
-		return nil, sandbox.ErrDestroyed
+		return nil, fmt.Errorf("output folder: %w", sandbox.ErrDestroyed)
 	}
 	fd, err := unix.FcntlInt(i.outDir.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
@@ -313,49 +408,46 @@ func (i *instance) Output(ctx context.Context) (*os.File, error) {
 	return os.NewFile(uintptr(fd), nsinit.OutputDir), nil
 }
 
+// Files reaches the sandbox's files through init.
+func (i *instance) Files() sandbox.Files { return &i.files }
+
 // Destroy kills init, which takes every process of the sandbox with it,
 // and removes the cgroup. Mounts and namespaces die with the processes.
 func (i *instance) Destroy(ctx context.Context) error {
 	i.destroy.Do(func() {
+		i.mu.Lock()
+		if i.gone == nil {
+			i.gone = fmt.Errorf("sandbox %s: %w", i.id, sandbox.ErrDestroyed)
+		}
+		i.mu.Unlock()
 		if i.cmd != nil && i.cmd.Process != nil {
 			_ = i.cmd.Process.Kill()
 		}
 		if i.ch != nil {
 			i.ch.Close()
 		}
-		if i.proxy != nil {
-			_ = i.proxy.Close()
-		}
 		select {
 		case <-i.dead:
 		case <-time.After(waitTimeout):
 			i.destroyErr = fmt.Errorf("sandbox %s: init not reaped after %v", i.id, waitTimeout)
 		}
-		for _, f := range []**os.File{&i.outDir, &i.inMount} {
+		i.procs.Wait()
+		i.mu.Lock()
+		for _, f := range []**os.File{&i.outDir, &i.egress} {
 			if *f != nil {
 				(*f).Close()
 				*f = nil
 			}
 		}
+		i.mu.Unlock()
 		if i.cg != nil {
 			i.destroyErr = errors.Join(i.destroyErr, i.cg.remove())
 		}
+		i.ids.release()
+		i.end(fmt.Errorf("sandbox %s: %w", i.id, sandbox.ErrDestroyed))
 		if i.fromPool {
 			i.backend.askRefill()
 		}
 	})
 	return i.destroyErr
-}
-
-// decodeStatus reads init's report; an empty report means the command
-// was killed before init could write one (init itself died).
-func decodeStatus(b []byte) (nsinit.ExecStatus, bool) {
-	var st nsinit.ExecStatus
-	if len(bytes.TrimSpace(b)) == 0 {
-		return st, false
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
-		return st, false
-	}
-	return st, true
 }

@@ -2,14 +2,12 @@ package native
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
 	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
-	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -55,8 +52,14 @@ func New(opts Options) *Backend {
 // Name is "native".
 func (b *Backend) Name() string { return "native" }
 
+// Features: everything but TTY, pause and checkpoint; files through init.
+func (b *Backend) Features() sandbox.Features {
+	return sandbox.Features{Egress: true, ConcurrentProcesses: true, KeepAlive: true, Signals: true,
+		Files: sandbox.FilesHostDir, SurvivesOOM: true}
+}
+
 func (b *Backend) hostInfo() *hostInfo {
-	b.hostOnce.Do(func() { b.host = probeHost(b.opts.CgroupParent) })
+	b.hostOnce.Do(func() { b.host = probeHost(b.opts.CgroupParent, b.opts.TrackUnified) })
 	return b.host
 }
 
@@ -81,14 +84,6 @@ func (b *Backend) CleanupStale(ctx context.Context) []string {
 	}
 	return removed
 }
-
-// InitTasks is added to the pids cap for init's own threads (it runs with
-// GOMAXPROCS=1 and has about six), so that the code gets the cap it asked
-// for. At most this many more tasks than asked for can exist. A command
-// that fills the cap can keep init from starting another command in the
-// same sandbox (init then fails and the sandbox ends); the host is not
-// affected.
-const InitTasks = 8
 
 // booted returns a booted instance: a prestarted one when the pool has
 // one (and asks for a replacement), else a fresh one.
@@ -185,7 +180,7 @@ const (
 )
 
 // Create starts a sandbox: namespaces, root, cgroup, and init waiting for
-// commands.
+// processes.
 func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instance, error) {
 	h := b.hostInfo()
 	if err := h.probeError(); err != nil {
@@ -195,11 +190,11 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	if err != nil {
 		return nil, err
 	}
-	weak := h.weakened()
+	weak := b.Capabilities(ctx).Weakened()
 	if pol.Strict && len(weak) > 0 {
 		return nil, fmt.Errorf("strict policy, but this host can only give weaker layers: %s: %w", strings.Join(weak, "; "), sandbox.ErrUnsupported)
 	}
-	plan, imageEnv, err := b.rootPlan(spec.Image)
+	plan, err := rootPlan(spec.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -212,75 +207,37 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	if err != nil {
 		return nil, err
 	}
-	inst.id, inst.policy, inst.weakened, inst.imageEnv = id, pol, weak, imageEnv
-	if pol.Network.Enabled() {
-		inst.proxy, err = egress.New(egress.Options{Policy: pol.Network, Logger: b.opts.Logger.With("sandbox", id), Hooks: b.opts.EgressHooks})
-		if err != nil {
-			_ = inst.Destroy(context.Background())
-			return nil, err
-		}
-	}
+	inst.id, inst.policy, inst.weakened, inst.imageEnv = id, pol, weak, spec.Image.Env
 	if err := inst.configure(ctx, h, plan); err != nil {
 		_ = inst.Destroy(context.Background())
 		return nil, err
 	}
-	b.opts.Logger.Debug("sandbox created", "id", id, "image", spec.Image)
+	b.opts.Logger.Debug("sandbox created", "id", id, "image", spec.Image.Name)
 	return inst, nil
 }
 
-// rootPlan resolves the image to the plan of the sandbox's root and the
-// environment the image's programs expect (a built image's manifest env).
-func (b *Backend) rootPlan(name string) ([]nsinit.RootEntry, map[string]string, error) {
-	switch {
-	case name == "" || name == "host":
-		plan, err := hostPlan(sandboxUID, sandboxGID)
-		return plan, nil, err
-	case strings.ContainsRune(name, '/') || strings.HasPrefix(name, "."):
-		abs, err := filepath.Abs(name)
-		if err != nil {
-			return nil, nil, err
-		}
-		plan, err := dirPlan(abs)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: %w", err, sandbox.ErrNotFound)
-		}
-		return plan, nil, nil
-	case b.opts.Images != nil:
-		img, err := b.opts.Images.Get(name)
-		if err != nil {
-			return nil, nil, fmt.Errorf("image %q: not built (see 'airlock image build'): %w", name, err)
-		}
-		plan, err := dirPlan(img.RootFS())
-		return plan, img.Manifest.Env, err
+// rootPlan turns the image into the plan of the sandbox's root.
+func rootPlan(img sandbox.Image) ([]nsinit.RootEntry, error) {
+	if img.IsHost() {
+		return hostPlan(sandboxUID, sandboxGID)
 	}
-	return nil, nil, fmt.Errorf("image %q: not built (see 'airlock image ls'), and not a folder: %w", name, sandbox.ErrNotFound)
-}
-
-// hostIDBase picks the host uid/gid range for one sandbox when running as
-// root: inside 0 and 1000 map into a range no host account uses, distinct
-// per sandbox with high probability.
-func hostIDBase() int {
-	var b [2]byte
-	_, _ = rand.Read(b[:])
-	slot := int(b[0])<<8 | int(b[1])
-	return 0x40000000 + (slot%0x3fff)*0x10000
+	return dirPlan(img.RootFS)
 }
 
 // initCommand builds the command that starts init in fresh namespaces.
 // As root, base is the host id that the sandbox's root maps to (see
-// hostIDBase); rootless, it is ignored.
+// leaseIDs); rootless, it is ignored.
 func initCommand(h *hostInfo, ctrl *os.File, stderr io.Writer, base int) *exec.Cmd {
 	cmd := &exec.Cmd{
 		Path: "/proc/self/exe",
 		Args: []string{nsinit.Arg0},
-		// One P keeps init's thread count small and the same on any host:
-		// its threads count against the sandbox's pids cap.
+		// One P keeps init's thread count small and the same on any host.
 		Env:        []string{"GOMAXPROCS=1"},
 		ExtraFiles: []*os.File{ctrl},
 		Stderr:     stderr,
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags: unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
-				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP,
+				unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 		},
 	}
 	sys := cmd.SysProcAttr
@@ -303,6 +260,63 @@ func initCommand(h *hostInfo, ctrl *os.File, stderr io.Writer, base int) *exec.C
 	return cmd
 }
 
+// becomeOwner makes the calling OS thread, as root, take on the host id
+// owner as its user and group while keeping its capabilities, so that the
+// user namespace it creates next belongs to owner, not to root: the
+// kernel charges per-user counts made inside (inotify, queued signals,
+// message queues) to the namespace's owner. The thread keeps the
+// capabilities it needs to write the namespace's id maps. It must never
+// run anything else: the caller keeps it locked until it exits. owner -1
+// changes nothing.
+func becomeOwner(owner int) error {
+	if owner < 0 {
+		return nil
+	}
+	const secbitNoSetuidFixup = 1 << 2
+	if _, _, e := unix.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitNoSetuidFixup, 0); e != 0 {
+		return fmt.Errorf("securebits: %w", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(owner), uintptr(owner), 0); e != 0 {
+		return fmt.Errorf("setresgid %d: %w", owner, e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(owner), uintptr(owner), 0); e != 0 {
+		return fmt.Errorf("setresuid %d: %w", owner, e)
+	}
+	return nil
+}
+
+// setMemfdNoexec sets vm.memfd_noexec to 2 in the pid namespace of init
+// (pid): no memfd made there can ever be executed. The value is per pid
+// namespace and only host root may write it, from inside that namespace:
+// a locked thread joins init's pid namespace for its children and starts
+// this binary there (nsinit.Arg0Sysctl), which writes it.
+func setMemfdNoexec(pid int) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread's pid namespace for children changes
+		ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/pid", pid))
+		if err != nil {
+			done <- fmt.Errorf("memfd_noexec: %w", err)
+			return
+		}
+		err = unix.Setns(int(ns.Fd()), unix.CLONE_NEWPID)
+		ns.Close()
+		if err != nil {
+			done <- fmt.Errorf("memfd_noexec: join the sandbox's pid namespace: %w", err)
+			return
+		}
+		cmd := exec.Command("/proc/self/exe")
+		cmd.Args = []string{nsinit.Arg0Sysctl}
+		cmd.Env = []string{}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("memfd_noexec: %w: %s", err, strings.TrimSpace(string(out)))
+		}
+		done <- err
+	}()
+	return <-done
+}
+
 // lastCap is the highest capability number this kernel knows.
 func lastCap() int {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
@@ -319,12 +333,12 @@ func lastCap() int {
 // runLocked runs start and then wait on one OS thread that stays locked
 // for the child's whole life: the kernel sends init its parent-death
 // signal when the thread that forked it exits, so that thread must not
-// exit before init does.
+// exit before init does. The thread is never unlocked: start may change
+// its credentials (becomeOwner), so it exits with the goroutine.
 func runLocked(start func() error, wait func()) error {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
 		err := start()
 		started <- err
 		if err == nil {
@@ -333,9 +347,6 @@ func runLocked(start func() error, wait func()) error {
 	}()
 	return <-started
 }
-
-// errDead reports that the sandbox's init is gone.
-var errDead = errors.New("sandbox init exited")
 
 // waitTimeout bounds how long Destroy waits for init to be reaped.
 const waitTimeout = 10 * time.Second

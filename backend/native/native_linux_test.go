@@ -11,7 +11,6 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/backend/native"
-	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -83,23 +82,18 @@ func TestSuite(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the native suite runs as root here (CI runs as root); rootless runs are covered by TestRootless")
 	}
-	opts, dataImage := native.Options{}, testimage.Name
-	if store, err := testimage.Find(); err == nil {
-		opts.Images = store
+	var dataImage sandbox.Image
+	if img, err := testimage.Resolve(); err == nil {
+		dataImage = img
 	} else if testenv.CI() {
 		t.Fatalf("the python image is required under CI: %v", err)
 	} else {
 		t.Logf("the data image test will skip: %v (bash .ci/lib/image.sh builds the image)", err)
-		dataImage = ""
 	}
 	backendtest.Run(t, backendtest.Config{
-		Backend:     native.New(opts),
-		Image:       "host",
-		DataImage:   dataImage,
-		Leftovers:   leftovers,
-		PidsReserve: native.InitTasks,
-		WithEgressHooks: func(h egress.Hooks) sandbox.Backend {
-			return native.New(native.Options{EgressHooks: h})
-		},
+		Backend:   native.New(native.Options{}),
+		Image:     sandbox.HostImage(),
+		DataImage: dataImage,
+		Leftovers: leftovers,
 	})
 }

@@ -1,20 +1,13 @@
 package native
 
-import (
-	"log/slog"
-
-	"github.com/airlock-sandbox/airlock/egress"
-	"github.com/airlock-sandbox/airlock/image"
-)
+import "log/slog"
 
 // Options configure the native backend.
 type Options struct {
-	// CgroupParent is the folder, under each cgroup hierarchy's root, that
-	// holds the sandboxes' cgroups. Default "airlock".
+	// CgroupParent names the folder, under airlock's own cgroup in each
+	// hierarchy (or under the hierarchy's root), that holds the sandboxes'
+	// cgroups. Default "airlock".
 	CgroupParent string
-	// Images finds built images by name; nil means only "host" and folder
-	// paths are accepted.
-	Images image.Lookup
 	// Logger receives lifecycle events; nil discards them.
 	Logger *slog.Logger
 	// Prestart keeps this many sandboxes started ahead: namespaces made,
@@ -23,7 +16,9 @@ type Options struct {
 	// demand, which suits a one-shot run; a long-lived process (a server)
 	// sets 1 or more and calls Close when done.
 	Prestart int
-	// EgressHooks replace the egress proxy's lookups and dials. They are
-	// for tests; no policy can set them.
-	EgressHooks egress.Hooks
+	// TrackUnified sweeps processes with cgroup v2's cgroup.kill on the
+	// unified hierarchy even where the controllers are on v1 (a hybrid
+	// host), which starts every process through the exec stub as on a
+	// pure v2 host. Tests use it to run the v2 path on hybrid hosts.
+	TrackUnified bool
 }

@@ -26,6 +26,9 @@ const (
 type Group struct {
 	dirs map[string]string
 	v2   map[string]bool
+	// morePids is another folder whose pids.events count too: where the
+	// cap is, when the group's own pids folder is below it.
+	morePids string
 }
 
 // Stats are the counters of a group at one moment.
@@ -43,6 +46,12 @@ type Stats struct {
 func New(dirs map[string]string, v2 map[string]bool) *Group {
 	return &Group{dirs: dirs, v2: v2}
 }
+
+// CountPidsEventsOf makes the group's pids events include those of folder
+// dir too. A failed fork is counted in the folder that forked on cgroup
+// v1 (since Linux 6.10) and in the folder whose cap was hit on v2 and on
+// older kernels; a process's folder below its sandbox's cap reads both.
+func (g *Group) CountPidsEventsOf(dir string) { g.morePids = dir }
 
 // Mount is one mounted cgroup hierarchy.
 type Mount struct {
@@ -184,6 +193,9 @@ func (g *Group) Stats() Stats {
 	}
 	if d, ok := g.dirs[pids]; ok {
 		s.PidsMax = keyed(filepath.Join(d, "pids.events"), "max")
+	}
+	if g.morePids != "" {
+		s.PidsMax += keyed(filepath.Join(g.morePids, "pids.events"), "max")
 	}
 	if d, ok := g.dirs[cpu]; ok && g.v2[cpu] {
 		s.CPUNanos = keyed(filepath.Join(d, "cpu.stat"), "usage_usec") * 1000

@@ -32,9 +32,13 @@ const WorkDir = "/workspace"
 type Spec struct {
 	Argv []string
 	// Env is sorted "K=V" pairs.
-	Env     []string
-	Dir     string
+	Env []string
+	Dir string
+	// Timeout is the wall time the process may run; 0 means no limit (a
+	// KeepAlive process without a timeout of its own).
 	Timeout time.Duration
+	// OutputLimit is what the Result keeps of stdout and of stderr, each.
+	OutputLimit int64
 }
 
 // Check validates req against the policy and builds the command's
@@ -42,7 +46,7 @@ type Spec struct {
 // variables, the backend's such as the egress proxy's), the policy's Env
 // and the request's Env, later ones winning. Errors wrap
 // sandbox.ErrInvalid.
-func Check(pol sandbox.Policy, req sandbox.ExecRequest, extras ...map[string]string) (Spec, error) {
+func Check(pol sandbox.Policy, req sandbox.ProcessSpec, extras ...map[string]string) (Spec, error) {
 	if len(req.Cmd) == 0 || req.Cmd[0] == "" {
 		return Spec{}, fmt.Errorf("empty command: %w", sandbox.ErrInvalid)
 	}
@@ -62,11 +66,24 @@ func Check(pol sandbox.Policy, req sandbox.ExecRequest, extras ...map[string]str
 		}
 	}
 	timeout := time.Duration(pol.Limits.Timeout)
+	if req.KeepAlive {
+		timeout = 0
+	}
 	if req.Timeout != 0 {
 		timeout = time.Duration(req.Timeout)
 		if timeout < 0 || timeout > 24*time.Hour {
 			return Spec{}, fmt.Errorf("timeout %v out of range: %w", timeout, sandbox.ErrInvalid)
 		}
+	}
+	limit := pol.Limits.OutputBytes
+	if req.OutputLimit != 0 {
+		limit = req.OutputLimit
+		if limit < 0 || limit > 1<<30 {
+			return Spec{}, fmt.Errorf("output limit %d out of range: %w", limit, sandbox.ErrInvalid)
+		}
+	}
+	if req.Stdin != nil && req.OpenStdin {
+		return Spec{}, fmt.Errorf("give either Stdin or OpenStdin, not both: %w", sandbox.ErrInvalid)
 	}
 	dir := req.Dir
 	if dir == "" {
@@ -75,7 +92,7 @@ func Check(pol sandbox.Policy, req sandbox.ExecRequest, extras ...map[string]str
 	if !strings.HasPrefix(dir, "/") {
 		return Spec{}, fmt.Errorf("working folder %q must be absolute: %w", dir, sandbox.ErrInvalid)
 	}
-	return Spec{Argv: req.Cmd, Env: sortedPairs(env), Dir: dir, Timeout: timeout}, nil
+	return Spec{Argv: req.Cmd, Env: sortedPairs(env), Dir: dir, Timeout: timeout, OutputLimit: limit}, nil
 }
 
 func sortedPairs(env map[string]string) []string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 // Name is the image the suites run.
@@ -77,4 +78,14 @@ func Folder(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return img.RootFS()
+}
+
+// Resolve returns the python image as a resolved reference, or why there
+// is none.
+func Resolve() (sandbox.Image, error) {
+	s, err := Find()
+	if err != nil {
+		return sandbox.Image{}, err
+	}
+	return image.Resolve(s, Name)
 }

@@ -29,12 +29,21 @@ type Config struct {
 	Root       []RootEntry `json:"root"`
 	DiskBytes  int64       `json:"disk_bytes"`
 	DiskInodes int64       `json:"disk_inodes"`
-	UID        int         `json:"uid"`
-	GID        int         `json:"gid"`
-	Limits     *Limits     `json:"limits"`
+	// InputBytes caps the input folder's tmpfs.
+	InputBytes int64   `json:"input_bytes"`
+	UID        int     `json:"uid"`
+	GID        int     `json:"gid"`
+	Limits     *Limits `json:"limits"`
 	// EgressPort, when set, is where init listens on the sandbox's lo for
 	// the egress proxy; the listening socket goes to the supervisor.
 	EgressPort int `json:"egress_port,omitempty"`
+	// Sysctls are written, in order, under /proc/sys/ of the sandbox's own
+	// namespaces before anything runs: per-namespace budgets (user/…) and
+	// vm/memfd_noexec of the sandbox's pid namespace.
+	Sysctls [][2]string `json:"sysctls,omitempty"`
+	// SweepByInit says the host has no cgroup to sweep with: init kills
+	// what a command left, found by the command's session.
+	SweepByInit bool `json:"sweep_by_init,omitempty"`
 }
 
 // Inside paths.

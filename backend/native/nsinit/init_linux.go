@@ -10,13 +10,16 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/airlock-sandbox/airlock/backend/internal/dirfs"
 	"golang.org/x/sys/unix"
 )
 
 // initMain is pid 1 of the sandbox. It builds the root, then serves the
-// supervisor's requests: start a command, kill one. It reaps every
-// process of the sandbox. When the supervisor goes away, so does init,
-// and the kernel kills everything else in the sandbox's pid namespace.
+// supervisor's requests: start a process, signal one, file operations. It
+// reaps every process of the sandbox. Killing what a process left is the
+// supervisor's job, through the process's own cgroup; init never shares a
+// cgroup with the code. When the supervisor goes away, so does init, and
+// the kernel kills everything else in the sandbox's pid namespace.
 func initMain() int {
 	// Die with the supervisor. A supervisor that died before this line
 	// closed the control socket, which ends the loop below.
@@ -35,30 +38,36 @@ func initMain() int {
 		return 1
 	}
 	m, _, err := ch.Recv()
+	if err != nil || m.Op != OpBoot {
+		fmt.Fprintln(os.Stderr, "airlock init: no boot:", err)
+		return 1
+	}
+	// The supervisor has put init in the sandbox's cgroup: a cgroup
+	// namespace rooted there hides the host's cgroup paths and lets init
+	// start commands in the sandbox's cgroups (CLONE_INTO_CGROUP checks
+	// that both ends are inside init's cgroup namespace).
+	boot := Message{Op: OpDone, Seq: m.Seq}
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		boot.Error = "cgroup namespace: " + err.Error()
+	}
+	if err := ch.Send(boot); err != nil || boot.Error != "" {
+		return 1
+	}
+	m, _, err = ch.Recv()
 	if err != nil || m.Op != OpConfig || m.Config == nil || m.Config.Limits == nil {
 		fmt.Fprintln(os.Stderr, "airlock init: no config:", err)
 		return 1
 	}
-	br, err := setupSandbox(m.Config)
+	in, files, err := setupSandbox(ch, m.Config)
 	if err != nil {
 		_ = ch.Send(Message{Op: OpReady, Error: err.Error()})
 		return 1
-	}
-	sp, err := newSpawner(m.Config.Limits)
-	if err != nil {
-		_ = ch.Send(Message{Op: OpReady, Error: err.Error()})
-		return 1
-	}
-	files := []*os.File{br.output, br.input}
-	if br.egress != nil {
-		files = append(files, br.egress)
 	}
 	err = ch.Send(Message{Op: OpReady}, files...)
 	CloseAll(files)
 	if err != nil {
 		return 1
 	}
-	in := &initState{ch: ch, limits: m.Config.Limits, spawner: sp, running: map[int]*command{}, bySeq: map[uint64]*command{}}
 	// Ask for SIGCHLD before the first command can start: a child that
 	// ends before anyone listens would stay a zombie, unreaped.
 	sigchld := make(chan os.Signal, 1)
@@ -68,24 +77,89 @@ func initMain() int {
 	return 0
 }
 
-// setupSandbox does everything that must happen once, before any command.
-func setupSandbox(cfg *Config) (builtRoot, error) {
+// setupSandbox does everything that must happen once, before any command,
+// and returns init's state and the descriptors for the supervisor: the
+// output folder and, with egress, the proxy's listening socket.
+func setupSandbox(ch *Channel, cfg *Config) (*initState, []*os.File, error) {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		return builtRoot{}, fmt.Errorf("sethostname: %w", err)
+		return nil, nil, fmt.Errorf("sethostname: %w", err)
 	}
 	if err := loopbackUp(); err != nil {
-		return builtRoot{}, err
+		return nil, nil, err
 	}
+	// The sysctls are opened now, while /proc/sys is the host's proc and
+	// writable, and written once the root is built: its detached mounts
+	// count as mount namespaces, which the budgets set to none.
+	sysctls, err := openSysctls(cfg.Sysctls)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer CloseAll(sysctls)
 	br, err := buildRoot(cfg)
 	if err != nil {
-		return br, err
+		return nil, nil, err
 	}
+	if err := writeSysctls(sysctls, cfg.Sysctls); err != nil {
+		return nil, nil, err
+	}
+	files := []*os.File{br.output}
 	if cfg.EgressPort > 0 {
-		if br.egress, err = listenLoopback(cfg.EgressPort); err != nil {
-			return br, err
+		l, err := listenLoopback(cfg.EgressPort)
+		if err != nil {
+			return nil, nil, err
+		}
+		files = append(files, l)
+	}
+	if err := applyLimits(cfg.Limits); err != nil {
+		return nil, nil, err
+	}
+	sp, err := newSpawner(cfg.Limits)
+	if err != nil {
+		return nil, nil, err
+	}
+	in := &initState{
+		ch: ch, limits: cfg.Limits, spawner: sp, sweepByInit: cfg.SweepByInit,
+		running: map[int]*command{}, bySeq: map[uint64]*command{},
+		fs: dirfs.New(
+			dirfs.Root{Path: "/tmp", Dir: br.tmp, UID: cfg.UID, GID: cfg.GID},
+			dirfs.Root{Path: OutputDir, Dir: br.outputRW, UID: cfg.UID, GID: cfg.GID},
+			// inputs belong to init's own user: the sandbox's root, or,
+			// rootless, the sandbox user, on a mount the code sees read-only
+			dirfs.Root{Path: InputDir, Dir: br.input, UID: os.Geteuid(), GID: os.Getegid(), ReadOnly: true},
+		),
+		fileOps: make(chan struct{}, maxFileOps),
+	}
+	return in, files, nil
+}
+
+// openSysctls opens each named file under /proc/sys for writing. The
+// files belong to init's own namespaces (user, pid, net), whatever proc
+// mount they are reached through.
+func openSysctls(kvs [][2]string) ([]*os.File, error) {
+	files := make([]*os.File, 0, len(kvs))
+	for _, kv := range kvs {
+		if strings.Contains(kv[0], "..") {
+			CloseAll(files)
+			return nil, fmt.Errorf("sysctl %q: bad name", kv[0])
+		}
+		f, err := os.OpenFile("/proc/sys/"+kv[0], os.O_WRONLY, 0)
+		if err != nil {
+			CloseAll(files)
+			return nil, fmt.Errorf("sysctl %s: %w", kv[0], err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// writeSysctls writes each value into its opened file, in order.
+func writeSysctls(files []*os.File, kvs [][2]string) error {
+	for k, f := range files {
+		if _, err := f.WriteString(kvs[k][1]); err != nil {
+			return fmt.Errorf("sysctl %s = %s: %w", kvs[k][0], kvs[k][1], err)
 		}
 	}
-	return br, applyLimits(cfg.Limits)
+	return nil
 }
 
 // listenLoopback opens a listening TCP socket on 127.0.0.1:port of the
@@ -139,14 +213,21 @@ type command struct {
 	status *os.File
 }
 
+// maxFileOps bounds the file operations init carries out at once; each
+// holds a descriptor or two and a goroutine.
+const maxFileOps = 16
+
 // initState is init's bookkeeping while it serves requests.
 type initState struct {
-	ch      *Channel
-	limits  *Limits
-	spawner *spawner
+	ch          *Channel
+	limits      *Limits
+	spawner     *spawner
+	sweepByInit bool
+	fs          *dirfs.FS
+	fileOps     chan struct{}
 
-	// mu orders starting commands against ending them, so that clearing
-	// the leftovers of the last command never hits a command just started.
+	// mu orders starting a command against reaping it, so that a command
+	// that ends at once is known when its exit is reaped.
 	mu      sync.Mutex
 	running map[int]*command
 	bySeq   map[uint64]*command
@@ -164,56 +245,88 @@ func (in *initState) serve() {
 
 func (in *initState) handle(m Message, files []*os.File) {
 	defer CloseAll(files)
+	reply := Message{Op: OpDone, Seq: m.Seq}
 	var err error
 	switch m.Op {
 	case OpExec:
-		err = in.exec(m.Seq, files)
-	case OpKill:
-		in.kill(m.Target)
+		reply.Pid, err = in.exec(m.Seq, files)
+	case OpSignal:
+		in.signal(m.Target, m.Signal)
+	case OpSweep:
+		sweepSession(m.Pid, in.liveSessions())
+	case OpFile:
+		in.fileOps <- struct{}{}
+		reply = in.file(reply, m.File, files)
+		<-in.fileOps
 	default:
 		err = fmt.Errorf("unknown request %q", m.Op)
 	}
-	reply := Message{Op: OpDone, Seq: m.Seq}
 	if err != nil {
 		reply.Error = err.Error()
 	}
 	_ = in.ch.Send(reply)
 }
 
-// exec starts a command. The five descriptors are its stdin, stdout and
-// stderr, then the status pipe init reports on and the pipe the spec
-// comes through. A command that cannot start is reported on the status
-// pipe like one that exited, with the shell's 126 or 127.
-func (in *initState) exec(seq uint64, files []*os.File) error {
-	if len(files) != 5 {
-		return fmt.Errorf("exec: want 5 descriptors, got %d", len(files))
+// exec starts a command. The descriptors are its stdin, stdout and
+// stderr, the status pipe init reports on, the pipe the spec comes
+// through, and the cgroups to start it in (see ExecSpec). A command that
+// cannot start is reported on the status pipe like one that exited, with
+// the shell's 126 or 127.
+func (in *initState) exec(seq uint64, files []*os.File) (int, error) {
+	if len(files) < 5 {
+		return 0, fmt.Errorf("exec: want at least 5 descriptors, got %d", len(files))
 	}
 	var spec ExecSpec
 	if err := json.NewDecoder(io.LimitReader(files[4], 64<<20)).Decode(&spec); err != nil {
-		return fmt.Errorf("exec spec: %w", err)
+		return 0, fmt.Errorf("exec spec: %w", err)
+	}
+	cg, err := spec.cgroups(files[5:])
+	if err != nil {
+		return 0, err
 	}
 	status, err := dupFile(files[3])
 	if err != nil {
-		return err
+		return 0, err
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	pid, code, err := in.spawner.spawn(spec, []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()})
+	pid, code, err := in.spawner.spawn(spec, []uintptr{files[0].Fd(), files[1].Fd(), files[2].Fd()}, cg)
 	if err != nil {
 		writeStatus(status, ExecStatus{Error: err.Error(), ExitCode: code})
-		return nil
+		return 0, nil
 	}
 	if err := limitAll(in.limits.CommandRlimits); err != nil {
 		_ = unix.Kill(pid, unix.SIGKILL)
 		writeStatus(status, ExecStatus{Error: err.Error(), ExitCode: 126})
-		return nil
+		return 0, nil
 	}
 	// Under memory pressure on the host, sandboxed code goes first.
 	_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte(strconv.Itoa(in.limits.OOMScoreAdj)), 0)
 	c := &command{seq: seq, pid: pid, status: status}
 	in.running[pid] = c
 	in.bySeq[seq] = c
-	return nil
+	return pid, nil
+}
+
+// signal sends sig to the main process of exec seq, if it still runs.
+func (in *initState) signal(seq uint64, sig int) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if c, ok := in.bySeq[seq]; ok && sig > 0 && sig < 65 {
+		_ = unix.Kill(c.pid, unix.Signal(sig))
+	}
+}
+
+// liveSessions lists the sessions of the commands still running: every
+// command leads a session of its own.
+func (in *initState) liveSessions() map[int]bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	live := map[int]bool{}
+	for pid := range in.running {
+		live[pid] = true
+	}
+	return live
 }
 
 func dupFile(f *os.File) (*os.File, error) {
@@ -249,18 +362,15 @@ func (in *initState) reapLoop(sig <-chan os.Signal) {
 	}
 }
 
-// finished records the end of a command. When it was the last command
-// running, everything left in the sandbox is killed: background and
-// double-forked processes never outlive the commands that started them.
+// finished reports the end of a command on its status pipe. What the
+// command left running is the supervisor's to kill, through the command's
+// cgroup (or, without cgroups, with a sweep request).
 func (in *initState) finished(pid int, ws unix.WaitStatus, ru *unix.Rusage) {
 	in.mu.Lock()
 	c, ok := in.running[pid]
 	if ok {
 		delete(in.running, pid)
 		delete(in.bySeq, c.seq)
-		if len(in.running) == 0 {
-			killAllAndReap()
-		}
 	}
 	in.mu.Unlock()
 	if !ok {
@@ -281,79 +391,34 @@ func (in *initState) finished(pid int, ws unix.WaitStatus, ru *unix.Rusage) {
 	writeStatus(c.status, st)
 }
 
-// killAllAndReap kills every process in the sandbox but init and waits
-// until all are reaped, so none is left when the command is reported done.
-// From pid 1, kill(-1) reaches every other process of the namespace.
-func killAllAndReap() {
-	_ = unix.Kill(-1, unix.SIGKILL)
-	for {
-		_, err := unix.Wait4(-1, nil, 0, nil)
-		if err != unix.EINTR && err != nil {
-			return // ECHILD: nothing left
-		}
-	}
-}
-
-// kill ends a command and everything it started. When it is the only
-// command, that is everything in the sandox but init; otherwise its
-// descendants are found by their parent links.
-func (in *initState) kill(seq uint64) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	c, ok := in.bySeq[seq]
-	if !ok {
-		return
-	}
-	if len(in.running) == 1 {
-		_ = unix.Kill(-1, unix.SIGKILL) // the main process is then reaped by reapLoop
-		return
-	}
-	for _, pid := range descendants(c.pid) {
-		_ = unix.Kill(pid, unix.SIGKILL)
-	}
-	_ = unix.Kill(c.pid, unix.SIGKILL)
-}
-
-// limitAll sets the per-command rlimits on every process of the sandbox
-// but init. The command ran from its fork on and may have forked before
-// its limits came: children inherit limits only when they are forked. So
-// each pass sets them on every process that lacks them, until a pass
-// finds none (a process that has them passes them on).
-func limitAll(rls []Rlimit) error {
-	for changed := len(rls) > 0; changed; {
-		changed = false
-		ents, err := os.ReadDir("/proc")
-		if err != nil {
-			return fmt.Errorf("limits: %w", err)
-		}
-		for _, e := range ents {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == 1 {
+// sweepSession kills, without cgroups to do it, what a command left: the
+// processes of its session, and orphans whose session is no running
+// command's (a daemon that started a session of its own). It repeats
+// until a pass finds nothing, since a process may fork while it runs.
+func sweepSession(sid int, live map[int]bool) {
+	for range 1000 {
+		found := false
+		for _, p := range processes() {
+			if p.pid == 1 || live[p.sid] {
 				continue
 			}
-			for _, rl := range rls {
-				var cur unix.Rlimit
-				want := unix.Rlimit{Cur: rl.Cur, Max: rl.Max}
-				err := unix.Prlimit(pid, rl.Resource, nil, &cur)
-				if err == nil && cur.Cur <= want.Cur && cur.Max <= want.Max {
-					continue // as low as the policy's, or lower by the process's own choice
-				}
-				if err == nil {
-					err = unix.Prlimit(pid, rl.Resource, &want, nil)
-					changed = true
-				}
-				if err != nil && err != unix.ESRCH {
-					return fmt.Errorf("limit %d of process %d: %w", rl.Resource, pid, err)
-				}
+			if p.sid == sid || p.ppid == 1 {
+				_ = unix.Kill(p.pid, unix.SIGKILL)
+				found = true
 			}
 		}
+		if !found {
+			return
+		}
 	}
-	return nil
 }
 
-// descendants lists the processes below pid, read from /proc.
-func descendants(root int) []int {
-	parent := map[int]int{}
+// procInfo is what /proc/PID/stat says of a process's place in the tree.
+type procInfo struct{ pid, ppid, sid int }
+
+// processes reads every process of the sandbox's pid namespace.
+func processes() []procInfo {
+	var out []procInfo
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -365,20 +430,50 @@ func descendants(root int) []int {
 			continue
 		}
 		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i >= 0 {
-			if f := strings.Fields(s[i+1:]); len(f) > 1 {
-				parent[pid], _ = strconv.Atoi(f[1])
-			}
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
 		}
-	}
-	var out []int
-	for pid := range parent {
-		for p := parent[pid]; p > 1; p = parent[p] {
-			if p == root {
-				out = append(out, pid)
-				break
-			}
+		// after the name: state ppid pgrp session …
+		f := strings.Fields(s[i+1:])
+		if len(f) < 4 {
+			continue
 		}
+		ppid, _ := strconv.Atoi(f[1])
+		sid, _ := strconv.Atoi(f[3])
+		out = append(out, procInfo{pid, ppid, sid})
 	}
 	return out
+}
+
+// limitAll sets the per-command rlimits on every process of the sandbox
+// but init. The command ran from its fork on and may have forked before
+// its limits came: children inherit limits only when they are forked. So
+// each pass sets them on every process that lacks them, until a pass
+// finds none (a process that has them passes them on).
+func limitAll(rls []Rlimit) error {
+	for changed := len(rls) > 0; changed; {
+		changed = false
+		for _, p := range processes() {
+			if p.pid == 1 {
+				continue
+			}
+			for _, rl := range rls {
+				var cur unix.Rlimit
+				want := unix.Rlimit{Cur: rl.Cur, Max: rl.Max}
+				err := unix.Prlimit(p.pid, rl.Resource, nil, &cur)
+				if err == nil && cur.Cur <= want.Cur && cur.Max <= want.Max {
+					continue // as low as the policy's, or lower by the process's own choice
+				}
+				if err == nil {
+					err = unix.Prlimit(p.pid, rl.Resource, &want, nil)
+					changed = true
+				}
+				if err != nil && err != unix.ESRCH {
+					return fmt.Errorf("limit %d of process %d: %w", rl.Resource, p.pid, err)
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -74,27 +74,10 @@ func newFS(fstype string, opts [][2]string, attrs uint64) (int, error) {
 	return fd, nil
 }
 
-// bindReadOnly clones src (recursively) read-only, nosuid, nodev onto dst.
-func bindReadOnly(src, dst string) error {
-	fd, err := cloneMount(unix.AT_FDCWD, src, true)
-	if err != nil {
-		return err
-	}
-	if err := setMountAttr(fd, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, true); err != nil {
-		unix.Close(fd)
-		return fmt.Errorf("%s: %w", src, err)
-	}
-	return attachMount(fd, dst)
-}
-
-// mountPointFor creates an empty file or folder at dst, matching src's kind,
-// for a bind mount to land on.
-func mountPointFor(src, dst string) error {
-	st, err := os.Stat(src)
-	if err != nil {
-		return err
-	}
-	if st.IsDir() {
+// mountPoint creates an empty folder (dir) or file at dst for a mount to
+// land on.
+func mountPoint(dst string, dir bool) error {
+	if dir {
 		return os.MkdirAll(dst, 0o755)
 	}
 	f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"syscall"
 
+	"github.com/airlock-sandbox/airlock/backend/internal/dirfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,29 +19,60 @@ import (
 
 // Message operations.
 const (
-	OpHello  = "hello"  // init -> supervisor: started, waiting for its config
+	OpHello  = "hello"  // init -> supervisor: started, waiting for its boot
+	OpBoot   = "boot"   // supervisor -> init: init is in its cgroup; make the cgroup namespace
 	OpConfig = "config" // supervisor -> init: the root to build
-	OpReady  = "ready"  // init -> supervisor: root built; fds: output dir
-	opPut    = "put"    // supervisor -> init: store an input file; fds: source
-	OpExec   = "exec"   // supervisor -> init: start a command; fds: stdin, stdout, stderr, status, spec
-	OpKill   = "kill"   // supervisor -> init: kill exec Target and what it started
+	OpReady  = "ready"  // init -> supervisor: root built; fds: output dir, egress listener
+	OpExec   = "exec"   // supervisor -> init: start a command; fds: stdin, stdout, stderr, status, spec, cgroups
+	OpSignal = "signal" // supervisor -> init: send Signal to the process of exec Target
+	OpSweep  = "sweep"  // supervisor -> init: kill what exec Target left (no cgroups)
+	OpFile   = "file"   // supervisor -> init: a file operation; fds: its data pipe
 	OpDone   = "done"   // init -> supervisor: request Seq finished
 )
 
-// maxPacket bounds one control message; configs are a few kilobytes.
-const maxPacket = 1 << 20
+// maxPacket bounds one control message; configs and listings are at most
+// a few hundred kilobytes.
+const maxPacket = 4 << 20
+
+// recvBufSize is the buffer a channel keeps for the usual small packets.
+const recvBufSize = 64 << 10
 
 // maxFDs bounds the descriptors one message may carry.
-const maxFDs = 8
+const maxFDs = 16
 
 // Message is one packet on the control socket.
 type Message struct {
 	Op     string  `json:"op"`
 	Seq    uint64  `json:"seq,omitempty"`
 	Target uint64  `json:"target,omitempty"`
-	Name   string  `json:"name,omitempty"`
+	Signal int     `json:"signal,omitempty"`
+	Pid    int     `json:"pid,omitempty"`
 	Error  string  `json:"error,omitempty"`
 	Config *Config `json:"config,omitempty"`
+	File   *FileOp `json:"file,omitempty"`
+	// Info answers a file operation about one entry.
+	Info *dirfs.Info `json:"info,omitempty"`
+	// FileError is a failed file operation, with its kind.
+	FileError *dirfs.Error `json:"file_error,omitempty"`
+}
+
+// File operations.
+const (
+	FilePut    = "put"    // fd: the read end of the data
+	FileGet    = "get"    // fd: the write end for the data
+	FileStat   = "stat"   //
+	FileList   = "list"   // fd: the write end for the entries, as JSON
+	FileMkdir  = "mkdir"  //
+	FileRemove = "remove" //
+	FileRename = "rename" // Path to To
+)
+
+// FileOp is one file operation inside the sandbox.
+type FileOp struct {
+	Op   string `json:"op"`
+	Path string `json:"path"`
+	To   string `json:"to,omitempty"`
+	Max  int64  `json:"max,omitempty"`
 }
 
 // Channel is one end of the control socket. It drives sendmsg and
@@ -72,7 +104,7 @@ func NewChannel(f *os.File) (*Channel, error) {
 		nf.Close()
 		return nil, fmt.Errorf("control socket: %w", err)
 	}
-	return &Channel{f: nf, rc: rc, recvBuf: make([]byte, maxPacket), recvOOB: make([]byte, unix.CmsgSpace(maxFDs*4))}, nil
+	return &Channel{f: nf, rc: rc, recvBuf: make([]byte, recvBufSize), recvOOB: make([]byte, unix.CmsgSpace(maxFDs*4))}, nil
 }
 
 // SocketPair makes the two ends of a control socket.
@@ -118,12 +150,21 @@ func (ch *Channel) Send(m Message, files ...*os.File) error {
 var errClosed = errors.New("control socket closed")
 
 // Recv reads one Message and the descriptors that came with it. Only one
-// goroutine may receive at a time.
+// goroutine may receive at a time. A packet's size is peeked first, so the
+// channel keeps a small buffer and borrows a larger one for a large packet.
 func (ch *Channel) Recv() (Message, []*os.File, error) {
 	var n, oobn, flags int
 	var rerr error
+	buf := ch.recvBuf
 	err := ch.rc.Read(func(fd uintptr) bool {
-		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), ch.recvBuf, ch.recvOOB, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+		n, _, _, _, rerr = unix.Recvmsg(int(fd), buf[:1], nil, unix.MSG_PEEK|unix.MSG_TRUNC|unix.MSG_DONTWAIT)
+		if rerr == unix.EAGAIN || rerr == unix.EINTR {
+			return false
+		}
+		if rerr == nil && n > len(buf) && n <= maxPacket {
+			buf = make([]byte, n)
+		}
+		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), buf, ch.recvOOB, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
 		return rerr != unix.EAGAIN && rerr != unix.EINTR
 	})
 	if err == nil {
@@ -141,7 +182,7 @@ func (ch *Channel) Recv() (Message, []*os.File, error) {
 		return Message{}, nil, fmt.Errorf("control receive: truncated or malformed message (flags %#x): %v", flags, ferr)
 	}
 	var m Message
-	if err := json.Unmarshal(ch.recvBuf[:n], &m); err != nil {
+	if err := json.Unmarshal(buf[:n], &m); err != nil {
 		CloseAll(files)
 		return Message{}, nil, fmt.Errorf("control receive: %w", err)
 	}

@@ -12,9 +12,26 @@ import (
 // as its own sandbox init.
 const Arg0 = "airlock-sandbox-init"
 
+// Arg0Sysctl in argv[0] makes this binary write vm.memfd_noexec = 2 in
+// its pid namespace and exit. The supervisor starts it, as host root, in
+// a sandbox's pid namespace: only there, and only as host root, can that
+// namespace's value be set.
+const Arg0Sysctl = "airlock-sandbox-sysctl"
+
 func init() {
-	if len(os.Args) > 0 && os.Args[0] == Arg0 {
-		os.Exit(initMain())
+	if len(os.Args) > 0 {
+		switch os.Args[0] {
+		case Arg0:
+			os.Exit(initMain())
+		case Arg0Exec:
+			os.Exit(stubMain())
+		case Arg0Sysctl:
+			if err := os.WriteFile("/proc/sys/vm/memfd_noexec", []byte("2"), 0); err != nil {
+				os.Stderr.WriteString(err.Error())
+				os.Exit(1)
+			}
+			os.Exit(0)
+		}
 	}
 }
 

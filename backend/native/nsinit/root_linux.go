@@ -29,9 +29,18 @@ const newRootBase = "/tmp"
 
 // builtRoot is what buildRoot hands back to init.
 type builtRoot struct {
-	output *os.File // /workspace/output, for the artifact filter
-	input  *os.File // a writable detached mount of the input tmpfs
-	egress *os.File // the egress proxy's listening socket, or nil
+	output   *os.File // /workspace/output as mounted, for the supervisor's artifact filter
+	outputRW *os.File // the same folder on the scratch tmpfs, for init's file operations
+	tmp      *os.File // /tmp on the scratch tmpfs
+	input    *os.File // a writable detached mount of the input tmpfs
+}
+
+// heldBind is a bind source, cloned before the new root is mounted: the
+// root's tmpfs goes over newRootBase, which may hold the source (an image
+// folder under /tmp).
+type heldBind struct {
+	fd  int
+	dir bool
 }
 
 // buildRoot assembles the root described by cfg and pivots into it.
@@ -40,6 +49,17 @@ func buildRoot(cfg *Config) (builtRoot, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return br, fmt.Errorf("make mounts private: %w", err)
 	}
+	held, err := holdBinds(cfg.Root)
+	if err != nil {
+		return br, err
+	}
+	defer func() {
+		for _, h := range held {
+			if h.fd >= 0 {
+				unix.Close(h.fd)
+			}
+		}
+	}()
 	rootFD, err := newFS("tmpfs", [][2]string{{"size", "8m"}, {"nr_inodes", "4096"}, {"mode", "0755"}},
 		unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	if err != nil {
@@ -49,18 +69,19 @@ func buildRoot(cfg *Config) (builtRoot, error) {
 		return br, err
 	}
 	r := func(p string) string { return join(newRootBase, p) }
-	for _, e := range cfg.Root {
-		if err := applyEntry(e, r(e.Dst)); err != nil {
+	for k, e := range cfg.Root {
+		if err := applyEntry(e, r(e.Dst), held[k]); err != nil {
 			return br, fmt.Errorf("root entry %s %s: %w", e.Kind, e.Dst, err)
 		}
+		held[k].fd = -1 // attached, or closed by applyEntry
 	}
 	if err := buildDev(r("dev")); err != nil {
 		return br, err
 	}
-	if err := buildScratch(cfg, r); err != nil {
+	if br.tmp, br.outputRW, err = buildScratch(cfg, r); err != nil {
 		return br, err
 	}
-	in, err := buildInput(r(strings.TrimPrefix(InputDir, "/")))
+	in, err := buildInput(r(strings.TrimPrefix(InputDir, "/")), cfg.InputBytes)
 	if err != nil {
 		return br, err
 	}
@@ -87,7 +108,34 @@ func buildRoot(cfg *Config) (builtRoot, error) {
 	return br, nil
 }
 
-func applyEntry(e RootEntry, dst string) error {
+// holdBinds clones every bind source of the plan, read-only, nosuid and
+// nodev, while the host's paths are still visible. Entries that are no
+// binds get an fd of -1.
+func holdBinds(plan []RootEntry) ([]heldBind, error) {
+	held := make([]heldBind, len(plan))
+	for k, e := range plan {
+		held[k].fd = -1
+		if e.Kind != EntryBind {
+			continue
+		}
+		fd, err := cloneMount(unix.AT_FDCWD, e.Src, true)
+		if err != nil {
+			return held, err
+		}
+		held[k].fd = fd
+		if err := setMountAttr(fd, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, true); err != nil {
+			return held, fmt.Errorf("%s: %w", e.Src, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return held, fmt.Errorf("%s: %w", e.Src, err)
+		}
+		held[k].dir = st.Mode&unix.S_IFMT == unix.S_IFDIR
+	}
+	return held, nil
+}
+
+func applyEntry(e RootEntry, dst string, h heldBind) error {
 	switch e.Kind {
 	case EntryDir:
 		if err := os.MkdirAll(dst, 0o755); err != nil {
@@ -99,10 +147,11 @@ func applyEntry(e RootEntry, dst string) error {
 	case EntrySymlink:
 		return os.Symlink(e.Target, dst)
 	case EntryBind:
-		if err := mountPointFor(e.Src, dst); err != nil {
+		if err := mountPoint(dst, h.dir); err != nil {
+			unix.Close(h.fd)
 			return err
 		}
-		return bindReadOnly(e.Src, dst)
+		return attachMount(h.fd, dst)
 	}
 	return fmt.Errorf("unknown entry kind %q", e.Kind)
 }
@@ -124,7 +173,7 @@ func buildDev(dev string) error {
 	}
 	for _, n := range DeviceNodes {
 		dst := join(dev, n)
-		if err := mountPointFor("/dev/"+n, dst); err != nil {
+		if err := mountPoint(dst, false); err != nil {
 			return err
 		}
 		nfd, err := cloneMount(unix.AT_FDCWD, "/dev/"+n, false)
@@ -163,18 +212,21 @@ func buildDev(dev string) error {
 // buildScratch makes the one tmpfs that holds all writable space, capped
 // by the disk limit, and binds its parts at /tmp, /workspace/output and
 // /dev/shm.
-func buildScratch(cfg *Config, r func(string) string) error {
+//
+// It returns folders of the scratch tmpfs for init's file operations:
+// /tmp and /workspace/output.
+func buildScratch(cfg *Config, r func(string) string) (tmp, output *os.File, err error) {
 	fd, err := newFS("tmpfs", [][2]string{
 		{"size", strconv.FormatInt(cfg.DiskBytes, 10)},
 		{"nr_inodes", strconv.FormatInt(cfg.DiskInodes, 10)},
 		{"mode", "0755"},
 	}, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer unix.Close(fd)
 	if err := os.MkdirAll(r(strings.TrimPrefix(OutputDir, "/")), 0o755); err != nil {
-		return err
+		return nil, nil, err
 	}
 	parts := []struct {
 		name, at string
@@ -186,32 +238,47 @@ func buildScratch(cfg *Config, r func(string) string) error {
 	}
 	for _, p := range parts {
 		if err := unix.Mkdirat(fd, p.name, 0o700); err != nil {
-			return fmt.Errorf("scratch %s: %w", p.name, err)
+			return nil, nil, fmt.Errorf("scratch %s: %w", p.name, err)
 		}
 		if err := unix.Fchownat(fd, p.name, cfg.UID, cfg.GID, 0); err != nil {
-			return fmt.Errorf("scratch %s: %w", p.name, err)
+			return nil, nil, fmt.Errorf("scratch %s: %w", p.name, err)
 		}
 		if err := unix.Fchmodat(fd, p.name, p.mode, 0); err != nil {
-			return fmt.Errorf("scratch %s: %w", p.name, err)
+			return nil, nil, fmt.Errorf("scratch %s: %w", p.name, err)
 		}
 		if err := os.MkdirAll(r(p.at), 0o755); err != nil {
-			return err
+			return nil, nil, err
 		}
 		part, err := cloneMount(fd, p.name, false)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		if err := attachMount(part, r(p.at)); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
-	return nil
+	open := func(name string) (*os.File, error) {
+		d, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return nil, fmt.Errorf("scratch %s: %w", name, err)
+		}
+		return os.NewFile(uintptr(d), name), nil
+	}
+	if tmp, err = open("tmp"); err != nil {
+		return nil, nil, err
+	}
+	if output, err = open("output"); err != nil {
+		tmp.Close()
+		return nil, nil, err
+	}
+	return tmp, output, nil
 }
 
-// buildInput mounts the input tmpfs read-only at dst and returns a second,
-// writable, detached mount of it through which init stores input files.
-func buildInput(dst string) (int, error) {
-	rw, err := newFS("tmpfs", [][2]string{{"mode", "0755"}},
+// buildInput mounts the input tmpfs, capped at size bytes, read-only at
+// dst and returns a second, writable, detached mount of it through which
+// init stores input files.
+func buildInput(dst string, size int64) (int, error) {
+	rw, err := newFS("tmpfs", [][2]string{{"size", strconv.FormatInt(max(size, 4096), 10)}, {"mode", "0755"}},
 		unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
 	if err != nil {
 		return -1, err

@@ -20,6 +20,35 @@ type ExecSpec struct {
 	Argv []string `json:"argv"`
 	Env  []string `json:"env"`
 	Dir  string   `json:"dir"`
+	// CgroupTasks is how many of the descriptors after the spec are the
+	// "tasks" files of cgroup v1 folders the command starts in: the thread
+	// that forks it joins each first.
+	CgroupTasks int `json:"cgroup_tasks,omitempty"`
+	// CgroupDir says the last descriptor is a cgroup v2 folder the command
+	// starts in (CLONE_INTO_CGROUP).
+	CgroupDir bool `json:"cgroup_dir,omitempty"`
+}
+
+// execCgroups are the cgroups one command starts in.
+type execCgroups struct {
+	tasks []*os.File // v1 "tasks" files
+	dir   *os.File   // a v2 folder, or nil
+}
+
+// cgroups sorts the descriptors that follow the spec.
+func (s ExecSpec) cgroups(files []*os.File) (execCgroups, error) {
+	want := s.CgroupTasks
+	if s.CgroupDir {
+		want++
+	}
+	if len(files) != want {
+		return execCgroups{}, fmt.Errorf("exec: want %d cgroup descriptors, got %d", want, len(files))
+	}
+	cg := execCgroups{tasks: files[:s.CgroupTasks]}
+	if s.CgroupDir {
+		cg.dir = files[s.CgroupTasks]
+	}
+	return cg, nil
 }
 
 // Limits are set once on init and inherited by every command.
@@ -100,9 +129,17 @@ func newSpawner(l *Limits) (*spawner, error) {
 	return sp, nil
 }
 
-// spawn starts one command with stdin, stdout and stderr from files and
-// returns its pid. An error carries the exit code a shell would give.
-func (sp *spawner) spawn(spec ExecSpec, files []uintptr) (int, int, error) {
+// spawn starts one command with stdin, stdout and stderr from files, in
+// the cgroups given, as the leader of a session of its own, and returns
+// its pid. An error carries the exit code a shell would give.
+//
+// The fork happens on a fresh OS thread that joins the command's v1
+// cgroups first (a thread may sit in another v1 cgroup than its process)
+// and is retired afterwards. Joining a v2 cgroup takes CLONE_INTO_CGROUP,
+// which needs clone3, which the command's seccomp filter refuses: so with
+// a v2 cgroup the thread starts the exec stub instead (execStub), which
+// takes the restrictions on itself and then executes the command.
+func (sp *spawner) spawn(spec ExecSpec, files []uintptr, cg execCgroups) (int, int, error) {
 	if len(spec.Argv) == 0 {
 		return 0, 126, errors.New("empty command")
 	}
@@ -117,13 +154,25 @@ func (sp *spawner) spawn(spec ExecSpec, files []uintptr) (int, int, error) {
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with this goroutine
+		for _, t := range cg.tasks {
+			if _, err := t.Write([]byte("0")); err != nil {
+				done <- result{err: fmt.Errorf("join the command's cgroup: %w", err)}
+				return
+			}
+		}
+		if cg.dir != nil {
+			pid, err := sp.startStub(path, spec, files, cg.dir)
+			done <- result{pid, err}
+			return
+		}
 		l := sp.limits
 		r := restrictions{uid: l.UID, gid: l.GID, setGroups: l.SetGroups, seccomp: sp.filter, ruleset: sp.ruleset}
 		if err := restrictThread(r); err != nil {
 			done <- result{err: err}
 			return
 		}
-		pid, err := syscall.ForkExec(path, spec.Argv, &syscall.ProcAttr{Dir: spec.Dir, Env: spec.Env, Files: files})
+		pid, err := syscall.ForkExec(path, spec.Argv, &syscall.ProcAttr{Dir: spec.Dir, Env: spec.Env, Files: files,
+			Sys: &syscall.SysProcAttr{Setsid: true}})
 		done <- result{pid, err}
 	}()
 	res := <-done
