@@ -47,7 +47,7 @@ func (s *suite) testArtifacts(t *testing.T) {
 		p.Limits.Timeout = sandbox.Duration(3 * time.Minute)
 		p.Limits.DiskBytes = 1 << 30
 	}))
-	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-", "plant", "/workspace/output", canary},
+	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-", "plant", "/workspace/output", canary},
 		Stdin: strings.NewReader(artifacttest.Script)})
 	var planted artifacttest.Planted
 	if err := json.Unmarshal([]byte(res.Stdout), &planted); err != nil || res.ExitCode != 0 {
@@ -85,7 +85,7 @@ func (s *suite) testArtifacts(t *testing.T) {
 	}()
 	// the racer makes its links first: wait for one of them
 	waitFor(t, func() bool {
-		r := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"test", "-L", "/workspace/output/.swapfile-link"}})
+		r := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"test", "-L", "/workspace/output/.swapfile-link"}})
 		return r.ExitCode == 0
 	})
 	p := artifact.Normalize(sandbox.ArtifactPolicy{})

@@ -58,11 +58,11 @@ func (s *suite) testExitCodes(t *testing.T) {
 	if res.ExitCode != 143 || res.Signal != "SIGTERM" {
 		t.Errorf("killed by SIGTERM: exit %d signal %q, want 143 SIGTERM", res.ExitCode, res.Signal)
 	}
-	res = runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"no-such-program-xyz"}})
+	res = Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"no-such-program-xyz"}})
 	if res.ExitCode != 127 || !strings.Contains(res.Stderr, "not found") {
 		t.Errorf("missing program: exit %d stderr %q, want 127 and 'not found'", res.ExitCode, res.Stderr)
 	}
-	res = runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"/etc/passwd"}})
+	res = Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"/etc/passwd"}})
 	if res.ExitCode != 126 {
 		t.Errorf("not executable: exit %d stderr %q, want 126", res.ExitCode, res.Stderr)
 	}
@@ -70,11 +70,11 @@ func (s *suite) testExitCodes(t *testing.T) {
 
 func (s *suite) testStdin(t *testing.T) {
 	inst := s.create(t, Policy(t, nil))
-	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"cat"}, Stdin: strings.NewReader("hello stdin")})
+	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"cat"}, Stdin: strings.NewReader("hello stdin")})
 	if res.Stdout != "hello stdin" {
 		t.Errorf("stdin echoed as %q", res.Stdout)
 	}
-	res = runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"cat"}})
+	res = Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"cat"}})
 	if res.Stdout != "" || res.ExitCode != 0 {
 		t.Errorf("no stdin: got %q exit %d, want empty and 0", res.Stdout, res.ExitCode)
 	}
@@ -83,7 +83,7 @@ func (s *suite) testStdin(t *testing.T) {
 func (s *suite) testEnv(t *testing.T) {
 	t.Setenv("AIRLOCK_TEST_HOST_SECRET", "must-not-leak")
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Env = map[string]string{"FROM_POLICY": "p", "BOTH": "policy"} }))
-	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"env"}, Env: map[string]string{"FROM_REQUEST": "r", "BOTH": "request"}})
+	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"env"}, Env: map[string]string{"FROM_REQUEST": "r", "BOTH": "request"}})
 	got := strings.Split(strings.TrimSpace(res.Stdout), "\n")
 	sort.Strings(got)
 	want := []string{"BOTH=request", "FROM_POLICY=p", "FROM_REQUEST=r", "HOME=/tmp", "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin"}
@@ -286,7 +286,7 @@ func (s *suite) testConcurrent(t *testing.T) {
 // that answers EPERM breaks every thread.
 func (s *suite) testThreads(t *testing.T) {
 	inst := s.create(t, Policy(t, nil))
-	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
+	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
 import threading
 done = []
 ts = [threading.Thread(target=done.append, args=(k,)) for k in range(8)]
@@ -324,7 +324,7 @@ func (l *lockedBuffer) String() string {
 func (s *suite) testStreaming(t *testing.T) {
 	inst := s.create(t, Policy(t, nil))
 	var out, errb lockedBuffer
-	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"sh", "-c", "for i in 1 2 3; do echo $i; echo e$i >&2; done"}, Stdout: &out, Stderr: &errb})
+	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"sh", "-c", "for i in 1 2 3; do echo $i; echo e$i >&2; done"}, Stdout: &out, Stderr: &errb})
 	if out.String() != "1\n2\n3\n" || errb.String() != "e1\ne2\ne3\n" || res.Stdout != out.String() {
 		t.Errorf("streamed stdout %q stderr %q, result %q", out.String(), errb.String(), res.Stdout)
 	}
@@ -341,7 +341,7 @@ func (s *suite) testTimeout(t *testing.T) {
 		t.Errorf("timeout of 1s took %v to fire", d)
 	}
 	// a request's own timeout overrides the policy's
-	res = runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"sleep", "2"}, Timeout: sandbox.Duration(10 * time.Second)})
+	res = Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"sleep", "2"}, Timeout: sandbox.Duration(10 * time.Second)})
 	if res.TimedOut || res.ExitCode != 0 {
 		t.Errorf("request timeout 10s over policy 1s: timed_out %v exit %d", res.TimedOut, res.ExitCode)
 	}
@@ -352,7 +352,7 @@ func (s *suite) testTimeout(t *testing.T) {
 	}
 	defer r.Close()
 	defer w.Close()
-	res = runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"cat"}, Stdin: r})
+	res = Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"cat"}, Stdin: r})
 	if !res.TimedOut || res.ExitCode != sandbox.ExitTimeout {
 		t.Errorf("block on stdin: timed_out %v exit %d", res.TimedOut, res.ExitCode)
 	}
@@ -361,7 +361,7 @@ func (s *suite) testTimeout(t *testing.T) {
 func (s *suite) testStdoutCap(t *testing.T) {
 	const limit = 64 << 10
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.OutputBytes = limit }))
-	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
+	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
 		"import sys\nsys.stdout.write('o'*(1<<20)); sys.stderr.write('e'*(1<<20)); sys.stdout.flush(); print('done', file=sys.stderr)"}})
 	if len(res.Stdout) != limit || !res.StdoutTruncated || len(res.Stderr) != limit || !res.StderrTruncated {
 		t.Errorf("1MiB each with a 64KiB cap: stdout %d truncated %v, stderr %d truncated %v",
@@ -380,12 +380,12 @@ func (s *suite) testMemory(t *testing.T) {
 	s.skip(t, "memory cap")
 	const limit = 64 << 20
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.MemoryBytes = limit }))
-	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
+	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
 		"x = bytearray(128 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\nprint('survived')"}})
 	if !res.OOMKilled || res.ExitCode != sandbox.ExitOOM || strings.Contains(res.Stdout, "survived") {
 		t.Errorf("twice the memory cap: oom_killed %v exit %d stdout %q stderr %q", res.OOMKilled, res.ExitCode, res.Stdout, res.Stderr)
 	}
-	res = runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", "x = bytearray(16 << 20); print('fine')"}})
+	res = Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", "x = bytearray(16 << 20); print('fine')"}})
 	if res.OOMKilled || res.Stdout != "fine\n" {
 		t.Errorf("a quarter of the cap, after an OOM: oom_killed %v stdout %q stderr %q", res.OOMKilled, res.Stdout, res.Stderr)
 	}
@@ -394,7 +394,7 @@ func (s *suite) testMemory(t *testing.T) {
 func (s *suite) testPids(t *testing.T) {
 	const limit = 32
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Pids = limit }))
-	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
+	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
 import os, time
 n = 0
 try:
@@ -421,7 +421,7 @@ except OSError as e:
 func (s *suite) testCPU(t *testing.T) {
 	s.skip(t, "cpu quota")
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.CPUs = 0.5 }))
-	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
+	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
 import os, time
 end = time.time() + 2
 kids = [os.fork() for _ in range(2)]
@@ -439,7 +439,7 @@ for k in kids: os.waitpid(k, 0)
 
 func (s *suite) testOpenFiles(t *testing.T) {
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.OpenFiles = 100 }))
-	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
+	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
 import os, errno
 fds = []
 try:
@@ -457,7 +457,7 @@ except OSError as e:
 
 func (s *suite) testUsage(t *testing.T) {
 	inst := s.create(t, Policy(t, nil))
-	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
+	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
 		"import time\nx = bytearray(64 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\nend = time.time() + 0.3\nwhile time.time() < end: pass"}})
 	if res.Usage.CPUMillis < 100 || res.Usage.PeakMemoryBytes < 64<<20 || res.DurationMS < 300 {
 		t.Errorf("usage after 300 ms busy with 64 MiB: %+v, duration %.0f ms", res.Usage, res.DurationMS)

@@ -64,11 +64,11 @@ func (s *suite) testDataImage(t *testing.T) {
 	}
 	out := t.TempDir()
 	first := create()
-	res := runReq(t, first, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", makeXLSX}})
+	res := Exec(t, first, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", makeXLSX}})
 	if res.Stdout != "written\n" {
 		t.Fatalf("openpyxl: %q %q", res.Stdout, res.Stderr)
 	}
-	res = runReq(t, first, sandbox.ProcessSpec{Cmd: []string{"node", "-e", makePPTX}})
+	res = Exec(t, first, sandbox.ProcessSpec{Cmd: []string{"node", "-e", makePPTX}})
 	if res.Stdout != "deck written\n" {
 		t.Fatalf("pptxgenjs: %q %q", res.Stdout, res.Stderr)
 	}
@@ -83,7 +83,7 @@ func (s *suite) testDataImage(t *testing.T) {
 	if err := putInput(context.Background(), second, "sales.xlsx", f); err != nil {
 		t.Fatal(err)
 	}
-	res = runReq(t, second, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", analyse}})
+	res = Exec(t, second, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", analyse}})
 	if res.Stdout != "{'north': 7, 'south': 5}\n" {
 		t.Fatalf("pandas and matplotlib: %q %q", res.Stdout, res.Stderr)
 	}

@@ -145,7 +145,7 @@ func (s *suite) testEgress(t *testing.T) {
 	defer proxy.Close()
 	run := func(spec sandbox.ProcessSpec) sandbox.Result {
 		mark := proxy.Cursor()
-		res := runReq(t, inst, spec)
+		res := Exec(t, inst, spec)
 		res.Egress = proxy.Since(mark)
 		return res
 	}

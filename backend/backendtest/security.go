@@ -30,6 +30,7 @@ func (s *suite) security(t *testing.T) {
 	t.Run("privileges", s.testPrivilegeAttacks)
 	t.Run("isolation between sandboxes", s.testIsolation)
 	t.Run("fork bomb", s.testForkBomb)
+	t.Run("the next command always works", s.testSurvives)
 	t.Run("stdout flood", s.testFlood)
 	t.Run("leftover processes", s.testLeftovers)
 	t.Run("many runs", s.testManyRuns)
@@ -164,7 +165,7 @@ func (s *suite) testForkBomb(t *testing.T) {
 	}
 	// what may remain: pid 1, the check, and the shell a backend may run
 	// the check under
-	after := runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
+	after := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
 		"import os; print(len([p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]))"}})
 	if n, err := strconv.Atoi(strings.TrimSpace(after.Stdout)); err != nil || n > 0 {
 		t.Errorf("%d processes still in the sandbox after the fork bomb's command ended", n)

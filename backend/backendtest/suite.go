@@ -155,8 +155,9 @@ func openOutput(ctx context.Context, inst sandbox.Instance) (*os.File, error) {
 	return o.OpenOutputDir(ctx)
 }
 
-// runReq runs a command and fails the test on an infrastructure error.
-func runReq(t *testing.T, inst sandbox.Instance, req sandbox.ProcessSpec) sandbox.Result {
+// Exec runs a process to its end and fails the test on an infrastructure
+// error.
+func Exec(t *testing.T, inst sandbox.Instance, req sandbox.ProcessSpec) sandbox.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -170,7 +171,7 @@ func runReq(t *testing.T, inst sandbox.Instance, req sandbox.ProcessSpec) sandbo
 // sh runs a shell command line.
 func sh(t *testing.T, inst sandbox.Instance, script string) sandbox.Result {
 	t.Helper()
-	return runReq(t, inst, sandbox.ProcessSpec{Cmd: []string{"sh", "-c", script}})
+	return Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"sh", "-c", script}})
 }
 
 // check is one line of a probe's report.
@@ -200,7 +201,7 @@ func probeScript(t *testing.T, name string) string {
 func (s *suite) probe(t *testing.T, inst sandbox.Instance, name string, env map[string]string, args ...string) map[string]check {
 	t.Helper()
 	cmd := append([]string{"python3", "-c", probeScript(t, name)}, args...)
-	res := runReq(t, inst, sandbox.ProcessSpec{Cmd: cmd, Env: env})
+	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: cmd, Env: env})
 	return s.checkLines(t, name, res)
 }
 

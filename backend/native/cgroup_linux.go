@@ -391,14 +391,9 @@ func (cg *cgroup) each(f func(hy *hierarchy, dir string) error) error {
 	return nil
 }
 
-// addProc moves pid into the sandbox's top folder in every hierarchy.
-func (cg *cgroup) addProc(pid int) error {
-	return cg.each(func(_ *hierarchy, d string) error { return writeFile(d, "cgroup.procs", strconv.Itoa(pid)) })
-}
-
 // split makes the init and procs folders, moves init into its own, and
-// hands the sandbox's v2 folders to the sandbox's root (owner: host id
-// owner), so that init may start processes in them: CLONE_INTO_CGROUP
+// hands the sandbox's v2 folder to the sandbox's root (owner: host id
+// owner), so that init may start processes below it: CLONE_INTO_CGROUP
 // checks the caller's write access to the target and to the common
 // ancestor of source and target.
 func (cg *cgroup) split(initPid, owner int) error {
@@ -414,8 +409,6 @@ func (cg *cgroup) split(initPid, owner int) error {
 		if !hy.v2 {
 			return nil
 		}
-		// Only a v2 folder without processes of its own may enable
-		// controllers for its children: init has just left.
 		for _, dir := range []string{d, filepath.Join(d, cgProcs)} {
 			if err := enableControllers(dir); err != nil {
 				return fmt.Errorf("cgroup %s: %w", dir, err)
@@ -547,6 +540,13 @@ func (cg *cgroup) newProc(name string, owner int) (p *procCgroup, tasks []*os.Fi
 			}
 			dir = f
 			return nil
+		}
+		if hy == cg.host.ctl[ctlMemory] {
+			// v1 counts a socket's TCP buffers only if its own memory
+			// cgroup has a TCP limit; the sum is capped in procs
+			if err := writeFile(pd, "memory.kmem.tcp.limit_in_bytes", "-1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
 		}
 		f, err := os.OpenFile(filepath.Join(pd, "tasks"), os.O_WRONLY, 0)
 		if err != nil {

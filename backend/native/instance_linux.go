@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -138,12 +139,12 @@ func (i *instance) bootInit(h *hostInfo) error {
 		return err
 	}
 	if i.cg != nil {
-		if err := i.cg.addProc(i.cmd.Process.Pid); err != nil {
+		if err := i.cg.split(i.cmd.Process.Pid, i.hostRoot); err != nil {
 			return err
 		}
 	}
 	// Init says hello once its runtime is up; a prestarted sandbox is
-	// only ready to hand out after its boot.
+	// only ready to hand out after that.
 	m, files, err := i.ch.Recv()
 	nsinit.CloseAll(files)
 	if err != nil || m.Op != nsinit.OpHello {
@@ -155,38 +156,14 @@ func (i *instance) bootInit(h *hostInfo) error {
 	} else {
 		noexec <- nil
 	}
-	if err := i.syncRequest(nsinit.Message{Op: nsinit.OpBoot}); err != nil {
-		return fmt.Errorf("boot sandbox init: %w%s", err, i.initStderr())
-	}
-	if i.cg != nil {
-		if err := i.cg.split(i.cmd.Process.Pid, i.hostRoot); err != nil {
-			return err
-		}
-	}
 	return <-noexec
-}
-
-// syncRequest sends m and waits for init's reply before the read loop
-// runs (during boot and configuration).
-func (i *instance) syncRequest(m nsinit.Message, files ...*os.File) error {
-	if err := i.ch.Send(m, files...); err != nil {
-		return err
-	}
-	r, rf, err := i.ch.Recv()
-	nsinit.CloseAll(rf)
-	if err != nil {
-		return err
-	}
-	if r.Error != "" {
-		return errors.New(r.Error)
-	}
-	return nil
 }
 
 // configure sets the policy's cgroup limits, hands init its root plan and
 // limits, and waits until the root is built.
 func (i *instance) configure(ctx context.Context, h *hostInfo, plan []nsinit.RootEntry) error {
 	lim := i.policy.Limits
+	var err error
 	if i.cg != nil {
 		if err := i.cg.setLimits(cgLimits{memory: lim.MemoryBytes, cpus: lim.CPUs, pids: lim.Pids,
 			initMemory: initMemory + lim.InputBytes + lim.DiskBytes}); err != nil {
@@ -196,12 +173,22 @@ func (i *instance) configure(ctx context.Context, h *hostInfo, plan []nsinit.Roo
 	cfg := &nsinit.Config{
 		Hostname: nsinit.Hostname, Root: plan, UID: sandboxUID, GID: sandboxGID,
 		DiskBytes: lim.DiskBytes, DiskInodes: lim.DiskInodes, InputBytes: lim.InputBytes,
-		Limits: i.sandboxLimits(h), Sysctls: sandboxSysctls(), SweepByInit: i.cg == nil,
+		Limits: i.sandboxLimits(h), Sysctls: sandboxSysctls(lim.Pids), SweepByInit: i.cg == nil,
 	}
 	if i.policy.Network.Enabled() {
 		cfg.EgressPort = egressPort
 	}
-	if err := i.ch.Send(nsinit.Message{Op: nsinit.OpConfig, Config: cfg}); err != nil {
+	var binds []*os.File
+	if h.root {
+		if binds, err = cloneBinds(cfg.Root); err != nil {
+			return err
+		}
+	} else if err := markBinds(cfg.Root); err != nil {
+		return err
+	}
+	err = i.ch.Send(nsinit.Message{Op: nsinit.OpConfig, Config: cfg}, binds...)
+	nsinit.CloseAll(binds)
+	if err != nil {
 		return err
 	}
 	ready := make(chan error, 1)
@@ -231,7 +218,6 @@ func (i *instance) configure(ctx context.Context, h *hostInfo, plan []nsinit.Roo
 			ready <- nil
 		}
 	}()
-	var err error
 	select {
 	case err = <-ready:
 	case <-ctx.Done():
@@ -247,8 +233,10 @@ func (i *instance) configure(ctx context.Context, h *hostInfo, plan []nsinit.Roo
 
 // sandboxSysctls are the per-namespace budgets init sets before anything
 // runs: what the code may hold of the kernel's per-user counts, so that
-// none of it falls on the host's accounts or starves other sandboxes.
-func sandboxSysctls() [][2]string {
+// none of it falls on the host's accounts or starves other sandboxes. No
+// namespace may be made inside but the cgroup namespace each process
+// starts in (pids bounds them); seccomp refuses the calls besides.
+func sandboxSysctls(pids int) [][2]string {
 	return [][2]string{
 		{"user/max_inotify_instances", "64"},
 		{"user/max_inotify_watches", "16384"},
@@ -260,7 +248,7 @@ func sandboxSysctls() [][2]string {
 		{"user/max_net_namespaces", "0"},
 		{"user/max_ipc_namespaces", "0"},
 		{"user/max_uts_namespaces", "0"},
-		{"user/max_cgroup_namespaces", "0"},
+		{"user/max_cgroup_namespaces", strconv.Itoa(pids + 8)},
 		{"user/max_time_namespaces", "0"},
 	}
 }

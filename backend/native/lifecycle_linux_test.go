@@ -18,7 +18,9 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/native"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 // childMode lets the test binary play a second airlock process: the tests
@@ -258,5 +260,44 @@ func TestPrestart(t *testing.T) {
 	}
 	if left := leftovers(); len(left) > 0 {
 		t.Errorf("after Close, left behind: %v", left)
+	}
+}
+
+// TestImageUnderTmp runs an image folder that lies under /tmp, where init
+// builds the new root: the image's folders are cloned before anything is
+// mounted there, so the root's own tmpfs cannot hide them.
+func TestImageUnderTmp(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("binds the host's /usr into a folder, which needs root (CI runs as root)")
+	}
+	// a private folder, as mktemp makes them: init could not enter it
+	dir, err := os.MkdirTemp("/tmp", "airlock-image-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	usr := filepath.Join(dir, "usr")
+	if err := os.Mkdir(usr, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("/usr", usr, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(usr, unix.MNT_DETACH)
+	for _, l := range []string{"bin", "lib", "lib64", "sbin"} {
+		if err := os.Symlink("usr/"+l, filepath.Join(dir, l)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	img, err := image.Resolve(nil, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := native.New(native.Options{})
+	defer be.Close()
+	inst := backendtest.Create(t, be, img, backendtest.Policy(t, nil))
+	res := backendtest.Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"sh", "-c", "echo from the image; ls /"}})
+	if !strings.HasPrefix(res.Stdout, "from the image\n") || !strings.Contains(res.Stdout, "usr") {
+		t.Errorf("a sandbox of an image under /tmp: %q %q", res.Stdout, res.Stderr)
 	}
 }

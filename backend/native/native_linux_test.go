@@ -97,3 +97,21 @@ func TestSuite(t *testing.T) {
 		Leftovers: leftovers,
 	})
 }
+
+// TestSuiteUnifiedSweep runs the suite with every process tracked and
+// swept in the unified (v2) hierarchy, the way a pure cgroup v2 host
+// does: processes start through the exec stub, cloned into their cgroup
+// folder, and are swept with cgroup.kill. The caps stay on v1 here.
+func TestSuiteUnifiedSweep(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the native suite runs as root here (CI runs as root)")
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.procs"); err != nil {
+		testenv.Require(t, "a cgroup2 mount at /sys/fs/cgroup/unified", err)
+	}
+	backendtest.Run(t, backendtest.Config{
+		Backend:   native.New(native.Options{TrackUnified: true}),
+		Image:     sandbox.HostImage(),
+		Leftovers: leftovers,
+	})
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/internal/hostroot"
 	"github.com/airlock-sandbox/airlock/backend/native/nsinit"
+	"golang.org/x/sys/unix"
 )
 
 // The sandbox's root is a fresh tmpfs. Into it go read-only binds of the
@@ -72,4 +73,53 @@ func dirPlan(dir string) ([]nsinit.RootEntry, error) {
 		return nil, fmt.Errorf("image folder %s is empty", dir)
 	}
 	return plan, nil
+}
+
+// cloneBinds makes, as host root, a detached read-only, nosuid, nodev
+// copy of every bind source of the plan, in order, and marks each entry
+// as a folder or a file. Init attaches them in its root: it need not be
+// able to reach the source path itself (a folder under a private home,
+// or under /tmp, which init's own root covers).
+func cloneBinds(plan []nsinit.RootEntry) ([]*os.File, error) {
+	var out []*os.File
+	for k := range plan {
+		e := &plan[k]
+		if e.Kind != nsinit.EntryBind {
+			continue
+		}
+		fd, err := unix.OpenTree(unix.AT_FDCWD, e.Src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			nsinit.CloseAll(out)
+			return nil, fmt.Errorf("clone %s: %w", e.Src, err)
+		}
+		f := os.NewFile(uintptr(fd), e.Src)
+		out = append(out, f)
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &attr); err != nil {
+			nsinit.CloseAll(out)
+			return nil, fmt.Errorf("clone %s read-only: %w", e.Src, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			nsinit.CloseAll(out)
+			return nil, fmt.Errorf("clone %s: %w", e.Src, err)
+		}
+		e.Dir = st.Mode&unix.S_IFMT == unix.S_IFDIR
+	}
+	return out, nil
+}
+
+// markBinds marks each bind entry of the plan as a folder or a file, for
+// init to clone itself (rootless).
+func markBinds(plan []nsinit.RootEntry) error {
+	for k := range plan {
+		if e := &plan[k]; e.Kind == nsinit.EntryBind {
+			st, err := os.Stat(e.Src)
+			if err != nil {
+				return err
+			}
+			e.Dir = st.IsDir()
+		}
+	}
+	return nil
 }

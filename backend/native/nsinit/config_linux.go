@@ -10,7 +10,11 @@ const (
 	EntryDir     = "dir"     // Dst is created as a folder with Mode
 	EntryFile    = "file"    // Dst is written with Content and Mode
 	EntrySymlink = "symlink" // Dst is a symlink to Target
-	EntryBind    = "bind"    // host path Src is bound read-only at Dst
+	// EntryBind: host path Src is bound read-only at Dst. The supervisor
+	// clones it (as host root, so that any path it can read works, and
+	// before anything is mounted in init's namespace) and passes the
+	// detached mount with the config, one per bind entry, in order.
+	EntryBind = "bind"
 )
 
 // RootEntry is one step of building the root; Dst is relative to it.
@@ -21,6 +25,8 @@ type RootEntry struct {
 	Target  string      `json:"target,omitempty"`
 	Content string      `json:"content,omitempty"`
 	Mode    fs.FileMode `json:"mode,omitempty"`
+	// Dir says a bind's source is a folder (else a file).
+	Dir bool `json:"dir,omitempty"`
 }
 
 // Config is everything init needs to build the sandbox.

@@ -37,28 +37,13 @@ func initMain() int {
 	if err := ch.Send(Message{Op: OpHello}); err != nil {
 		return 1
 	}
-	m, _, err := ch.Recv()
-	if err != nil || m.Op != OpBoot {
-		fmt.Fprintln(os.Stderr, "airlock init: no boot:", err)
-		return 1
-	}
-	// The supervisor has put init in the sandbox's cgroup: a cgroup
-	// namespace rooted there hides the host's cgroup paths and lets init
-	// start commands in the sandbox's cgroups (CLONE_INTO_CGROUP checks
-	// that both ends are inside init's cgroup namespace).
-	boot := Message{Op: OpDone, Seq: m.Seq}
-	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		boot.Error = "cgroup namespace: " + err.Error()
-	}
-	if err := ch.Send(boot); err != nil || boot.Error != "" {
-		return 1
-	}
-	m, _, err = ch.Recv()
+	m, binds, err := ch.Recv()
 	if err != nil || m.Op != OpConfig || m.Config == nil || m.Config.Limits == nil {
 		fmt.Fprintln(os.Stderr, "airlock init: no config:", err)
 		return 1
 	}
-	in, files, err := setupSandbox(ch, m.Config)
+	in, files, err := setupSandbox(ch, m.Config, binds)
+	CloseAll(binds)
 	if err != nil {
 		_ = ch.Send(Message{Op: OpReady, Error: err.Error()})
 		return 1
@@ -80,7 +65,7 @@ func initMain() int {
 // setupSandbox does everything that must happen once, before any command,
 // and returns init's state and the descriptors for the supervisor: the
 // output folder and, with egress, the proxy's listening socket.
-func setupSandbox(ch *Channel, cfg *Config) (*initState, []*os.File, error) {
+func setupSandbox(ch *Channel, cfg *Config, binds []*os.File) (*initState, []*os.File, error) {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return nil, nil, fmt.Errorf("sethostname: %w", err)
 	}
@@ -95,7 +80,7 @@ func setupSandbox(ch *Channel, cfg *Config) (*initState, []*os.File, error) {
 		return nil, nil, err
 	}
 	defer CloseAll(sysctls)
-	br, err := buildRoot(cfg)
+	br, err := buildRoot(cfg, binds)
 	if err != nil {
 		return nil, nil, err
 	}

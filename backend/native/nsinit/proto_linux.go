@@ -19,9 +19,8 @@ import (
 
 // Message operations.
 const (
-	OpHello  = "hello"  // init -> supervisor: started, waiting for its boot
-	OpBoot   = "boot"   // supervisor -> init: init is in its cgroup; make the cgroup namespace
-	OpConfig = "config" // supervisor -> init: the root to build
+	OpHello  = "hello"  // init -> supervisor: started, waiting for its config
+	OpConfig = "config" // supervisor -> init: the root to build; fds: its binds (see EntryBind)
 	OpReady  = "ready"  // init -> supervisor: root built; fds: output dir, egress listener
 	OpExec   = "exec"   // supervisor -> init: start a command; fds: stdin, stdout, stderr, status, spec, cgroups
 	OpSignal = "signal" // supervisor -> init: send Signal to the process of exec Target
@@ -37,8 +36,9 @@ const maxPacket = 4 << 20
 // recvBufSize is the buffer a channel keeps for the usual small packets.
 const recvBufSize = 64 << 10
 
-// maxFDs bounds the descriptors one message may carry.
-const maxFDs = 16
+// maxFDs bounds the descriptors one message may carry: a config carries
+// one per top-level folder of an image.
+const maxFDs = 64
 
 // Message is one packet on the control socket.
 type Message struct {

@@ -35,31 +35,23 @@ type builtRoot struct {
 	input    *os.File // a writable detached mount of the input tmpfs
 }
 
-// heldBind is a bind source, cloned before the new root is mounted: the
-// root's tmpfs goes over newRootBase, which may hold the source (an image
-// folder under /tmp).
-type heldBind struct {
-	fd  int
-	dir bool
-}
-
 // buildRoot assembles the root described by cfg and pivots into it.
-func buildRoot(cfg *Config) (builtRoot, error) {
+// binds are the plan's bind entries in order: detached, read-only mounts
+// the supervisor cloned (see EntryBind); with none (rootless, where the
+// supervisor may not clone mounts), init clones them itself, first.
+func buildRoot(cfg *Config, binds []*os.File) (builtRoot, error) {
 	var br builtRoot
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return br, fmt.Errorf("make mounts private: %w", err)
 	}
-	held, err := holdBinds(cfg.Root)
-	if err != nil {
-		return br, err
-	}
-	defer func() {
-		for _, h := range held {
-			if h.fd >= 0 {
-				unix.Close(h.fd)
-			}
+	if len(binds) == 0 {
+		own, err := cloneBinds(cfg.Root)
+		defer CloseAll(own)
+		if err != nil {
+			return br, err
 		}
-	}()
+		binds = own
+	}
 	rootFD, err := newFS("tmpfs", [][2]string{{"size", "8m"}, {"nr_inodes", "4096"}, {"mode", "0755"}},
 		unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 	if err != nil {
@@ -69,11 +61,17 @@ func buildRoot(cfg *Config) (builtRoot, error) {
 		return br, err
 	}
 	r := func(p string) string { return join(newRootBase, p) }
-	for k, e := range cfg.Root {
-		if err := applyEntry(e, r(e.Dst), held[k]); err != nil {
+	for _, e := range cfg.Root {
+		var src *os.File
+		if e.Kind == EntryBind {
+			if len(binds) == 0 {
+				return br, fmt.Errorf("root entry bind %s: no mount passed for it", e.Dst)
+			}
+			src, binds = binds[0], binds[1:]
+		}
+		if err := applyEntry(e, r(e.Dst), src); err != nil {
 			return br, fmt.Errorf("root entry %s %s: %w", e.Kind, e.Dst, err)
 		}
-		held[k].fd = -1 // attached, or closed by applyEntry
 	}
 	if err := buildDev(r("dev")); err != nil {
 		return br, err
@@ -108,34 +106,27 @@ func buildRoot(cfg *Config) (builtRoot, error) {
 	return br, nil
 }
 
-// holdBinds clones every bind source of the plan, read-only, nosuid and
-// nodev, while the host's paths are still visible. Entries that are no
-// binds get an fd of -1.
-func holdBinds(plan []RootEntry) ([]heldBind, error) {
-	held := make([]heldBind, len(plan))
-	for k, e := range plan {
-		held[k].fd = -1
+// cloneBinds clones every bind source of the plan, read-only, nosuid and
+// nodev, while the host's paths are still visible.
+func cloneBinds(plan []RootEntry) ([]*os.File, error) {
+	var out []*os.File
+	for _, e := range plan {
 		if e.Kind != EntryBind {
 			continue
 		}
 		fd, err := cloneMount(unix.AT_FDCWD, e.Src, true)
 		if err != nil {
-			return held, err
+			return out, err
 		}
-		held[k].fd = fd
+		out = append(out, os.NewFile(uintptr(fd), e.Src))
 		if err := setMountAttr(fd, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, true); err != nil {
-			return held, fmt.Errorf("%s: %w", e.Src, err)
+			return out, fmt.Errorf("%s: %w", e.Src, err)
 		}
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return held, fmt.Errorf("%s: %w", e.Src, err)
-		}
-		held[k].dir = st.Mode&unix.S_IFMT == unix.S_IFDIR
 	}
-	return held, nil
+	return out, nil
 }
 
-func applyEntry(e RootEntry, dst string, h heldBind) error {
+func applyEntry(e RootEntry, dst string, src *os.File) error {
 	switch e.Kind {
 	case EntryDir:
 		if err := os.MkdirAll(dst, 0o755); err != nil {
@@ -147,11 +138,14 @@ func applyEntry(e RootEntry, dst string, h heldBind) error {
 	case EntrySymlink:
 		return os.Symlink(e.Target, dst)
 	case EntryBind:
-		if err := mountPoint(dst, h.dir); err != nil {
-			unix.Close(h.fd)
+		if err := mountPoint(dst, e.Dir); err != nil {
 			return err
 		}
-		return attachMount(h.fd, dst)
+		fd, err := unix.Dup(int(src.Fd()))
+		if err != nil {
+			return err
+		}
+		return attachMount(fd, dst)
 	}
 	return fmt.Errorf("unknown entry kind %q", e.Kind)
 }

@@ -161,9 +161,16 @@ func (sp *spawner) spawn(spec ExecSpec, files []uintptr, cg execCgroups) (int, i
 			}
 		}
 		if cg.dir != nil {
+			// the stub makes its cgroup namespace itself, once in its cgroup
 			pid, err := sp.startStub(path, spec, files, cg.dir)
 			done <- result{pid, err}
 			return
+		}
+		if len(cg.tasks) > 0 {
+			if err := hideCgroups(); err != nil {
+				done <- result{err: err}
+				return
+			}
 		}
 		l := sp.limits
 		r := restrictions{uid: l.UID, gid: l.GID, setGroups: l.SetGroups, seccomp: sp.filter, ruleset: sp.ruleset}
@@ -184,6 +191,16 @@ func (sp *spawner) spawn(spec ExecSpec, files []uintptr, cg execCgroups) (int, i
 		return 0, code, fmt.Errorf("%s: %w", spec.Argv[0], res.err)
 	}
 	return res.pid, 0, nil
+}
+
+// hideCgroups gives the calling thread, and so the command it forks, a
+// cgroup namespace rooted at the command's own cgroup: inside,
+// /proc/self/cgroup shows "/" and no host path. Only the thread changes.
+func hideCgroups() error {
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("cgroup namespace: %w", err)
+	}
+	return nil
 }
 
 // lookPath finds the program like a shell would, in the PATH of the

@@ -69,10 +69,24 @@ func (sp *spawner) startStub(path string, spec ExecSpec, files []uintptr, dir *o
 	}
 	// The stub failed and exits; reapLoop reaps it.
 	num, text, _ := strings.Cut(string(msg), " ")
-	if n, err := strconv.Atoi(num); err == nil && n > 0 {
-		return 0, fmt.Errorf("%s: %w", text, unix.Errno(n))
+	n, _ := strconv.Atoi(num)
+	return 0, &stubError{msg: text, errno: unix.Errno(n)}
+}
+
+// stubError is the stub's report of why it could not run the command; it
+// unwraps to the errno the failure had, if any.
+type stubError struct {
+	msg   string
+	errno unix.Errno
+}
+
+func (e *stubError) Error() string { return e.msg }
+
+func (e *stubError) Unwrap() error {
+	if e.errno == 0 {
+		return nil
 	}
-	return 0, errors.New(string(msg))
+	return e.errno
 }
 
 // stubMain is the exec stub's whole life.
@@ -99,6 +113,9 @@ func stubMain() int {
 	}
 	sp, err := newSpawner(s.Limits)
 	if err != nil {
+		return fail(err)
+	}
+	if err := hideCgroups(); err != nil {
 		return fail(err)
 	}
 	if err := unix.Chdir(s.Dir); err != nil {
