@@ -130,7 +130,12 @@ const (
 	pinFIONBIO           = 0x5421
 	pinFIONREAD          = 0x541b
 	pinFIOCLEX           = 0x5451
+	pinMFDCloexec        = 0x1
+	pinMFDAllowSealing   = 0x2
+	pinMFDHugetlb        = 0x4
+	pinMFDNoexecSeal     = 0x8
 	pinMFDExec           = 0x10
+	pinMFDHuge2MB        = 21 << 26
 	pinReadImpliesExec   = 0x0400000
 	pinAddrNoRandomize   = 0x0040000
 	pinMmapPageZero      = 0x0100000
@@ -244,6 +249,19 @@ func argPins() []argCase {
 	for _, v := range []uint64{0, pinPerLinux32, pinUname26, pinUname26 | pinPerLinux32, pinPersonalityQuery, ^uint64(0)} {
 		add(fmt.Sprintf("personality %#x", v), unix.SYS_PERSONALITY, retAllow, v)
 	}
+
+	// memfd_create: never an executable memfd (MFD_EXEC), whatever else
+	// the flags say; any other flags are allowed
+	for _, f := range []uint64{0, pinMFDCloexec, pinMFDAllowSealing, pinMFDCloexec | pinMFDAllowSealing, pinMFDHugetlb,
+		pinMFDHugetlb | pinMFDHuge2MB, pinMFDNoexecSeal, pinMFDNoexecSeal | pinMFDCloexec | pinMFDAllowSealing} {
+		add(fmt.Sprintf("memfd_create flags %#x", f), unix.SYS_MEMFD_CREATE, retAllow, 0, f)
+		add(fmt.Sprintf("memfd_create flags %#x with MFD_EXEC", f), unix.SYS_MEMFD_CREATE, retEPERM, 0, f|pinMFDExec)
+		add(fmt.Sprintf("memfd_create flags %#x with MFD_EXEC, high bits set", f), unix.SYS_MEMFD_CREATE, retEPERM, 0, pinHigh|f|pinMFDExec)
+	}
+	// the kernel reads an unsigned int: bits above 32 alone change nothing
+	add("memfd_create, only high bits set", unix.SYS_MEMFD_CREATE, retAllow, 0, pinHigh|pinMFDCloexec)
+	add("memfd_create MFD_EXEC, name pointer looks like MFD_EXEC", unix.SYS_MEMFD_CREATE, retEPERM, pinMFDExec, pinMFDExec)
+	add("memfd_create, name pointer looks like MFD_EXEC", unix.SYS_MEMFD_CREATE, retAllow, pinMFDExec, pinMFDCloexec)
 	return cs
 }
 
@@ -394,6 +412,8 @@ var everyday = []argCase{
 	{"ioctl FIONBIO", unix.SYS_IOCTL, []uint64{3, pinFIONBIO}, retAllow},
 	{"ioctl FIOCLEX", unix.SYS_IOCTL, []uint64{3, pinFIOCLEX}, retAllow},
 	{"personality query (python's platform module)", unix.SYS_PERSONALITY, []uint64{pinPersonalityQuery}, retAllow},
+	{"memfd_create MFD_CLOEXEC (python's os.memfd_create)", unix.SYS_MEMFD_CREATE, []uint64{0, pinMFDCloexec}, retAllow},
+	{"memfd_create MFD_CLOEXEC|MFD_ALLOW_SEALING (node, glibc users)", unix.SYS_MEMFD_CREATE, []uint64{0, pinMFDCloexec | pinMFDAllowSealing}, retAllow},
 }
 
 func pinFilter(t *testing.T) []unix.SockFilter {
