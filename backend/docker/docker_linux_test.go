@@ -76,7 +76,7 @@ func (bs *backends) close() {
 
 // skips are the suite's checks that the docker backend answers otherwise,
 // on either runtime, and why.
-var skips = containertest.Merge(containertest.ImageSkips, map[string]string{
+var skips = containertest.Merge(containertest.ImageSkips, containertest.ProfileSkips, map[string]string{
 	"/dev is minimal": "Docker creates /dev/tty (c 5:0) in every container and no API option removes it; " +
 		"opening it needs a controlling terminal, which no exec has",
 	"open /dev/tty": "Docker creates /dev/tty in every container; without a controlling terminal open() fails with ENXIO",
@@ -90,6 +90,8 @@ var runcSkips = map[string]string{
 		"and no API option changes that; no_new_privs makes setuid bits inert and built images have none (see 'setuid binaries gain nothing')",
 	"uid 0 is not host root": "without dockerd --userns-remap the container shares the host's user namespace; " +
 		"no process in it ever runs as uid 0 (init and keeper run as 65534, commands as 1000, no capabilities, no_new_privs)",
+	"x32 getpid": "the container profile lets x32 calls through under the x86_64 allowlist (seccompprofile.Profile), and " +
+		"the kernel, which has no x32 ABI here, answers ENOSYS",
 }
 
 func runSuite(t *testing.T, runtimeName string, extra map[string]string) {

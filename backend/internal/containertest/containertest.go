@@ -70,4 +70,15 @@ var GVisorSkips = map[string]string{
 		"every system call; the sentry itself runs as host root with five capabilities under its own seccomp filter (rootful runsc)",
 	"artifact fifo":   "a FIFO made inside gVisor lives in the sentry only; none appears in the host folder, so the filter sees nothing",
 	"artifact socket": "a unix socket bound inside gVisor lives in the sentry only; none appears in the host folder",
+	"i386 system call kills the process": "gVisor has no i386 ABI: int 0x80 is answered by the sentry (-1, EPERM), " +
+		"never passed to the host kernel",
+}
+
+// ProfileSkips are the checks that the container profile (seccompprofile)
+// answers otherwise than the native filter, on every container runtime.
+var ProfileSkips = map[string]string{
+	"ioctl TIOCSTI": "the container profile keeps Docker's rule that allows every ioctl request; no terminal reaches a " +
+		"container (a command's stdin, stdout and stderr are pipes), so the kernel answers ENOTTY",
+	"ioctl TIOCLINUX": "the container profile keeps Docker's rule that allows every ioctl request; no Linux console " +
+		"reaches a container, so the kernel answers ENOTTY",
 }
