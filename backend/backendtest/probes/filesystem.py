@@ -75,14 +75,69 @@ for path in ("/proc/sys/kernel/hostname", "/proc/sys/vm/drop_caches", "/proc/sys
 # code first under memory pressure) needs CAP_SYS_RESOURCE
 e = os_error(lambda: write_unbuffered("/proc/self/oom_score_adj", b"0"))
 report("lower /proc/self/oom_score_adj", e != "", e or "written")
-for path in ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/kallsyms"):
+
+# /proc by name: each file that reveals or changes host state is masked
+# (an empty /dev/null bound over it), each such folder is masked by an
+# empty read-only folder, and sys, irq, bus and fs are read-only mounts. A
+# name this kernel's /proc lacks is reported absent, which is as safe, and
+# told apart from masked.
+PROC_MASKED_FILES = ("kcore", "keys", "key-users", "latency_stats", "timer_list", "timer_stats", "sched_debug",
+                     "kallsyms", "kpagecount", "kpageflags", "kpagecgroup", "config.gz", "vmallocinfo", "sysrq-trigger")
+PROC_MASKED_DIRS = ("acpi", "scsi", "asound", "firmware", "driver", "tty")
+PROC_READ_ONLY = ("sys", "irq", "bus", "fs")
+
+
+def mount_options():
+    """Mount point -> its per-mount options, from this process's view."""
+    out = {}
+    for line in open("/proc/self/mountinfo").read().splitlines():
+        f = line.split(" ")
+        out[f[4].replace("\\040", " ")] = set(f[5].split(","))
+    return out
+
+
+mounts = mount_options()
+for name in PROC_MASKED_FILES:
+    path = "/proc/" + name
     try:
-        data = open(path, "rb").read(4096)
-        # kallsyms may stay readable if every address reads as zero
-        zeroed = path.endswith("kallsyms") and all(l.startswith(b"0000000000000000") for l in data.splitlines()[:50])
-        report("read " + path, len(data) == 0 or zeroed, f"{len(data)} bytes")
+        st = os.lstat(path)
+    except FileNotFoundError:
+        report(path + " masked", True, "absent: this kernel's /proc has no " + name)
+        continue
+    try:
+        with open(path, "rb") as f:
+            data = f.read(4096)
+        got = f"{len(data)} bytes read"
     except OSError as ex:
-        report("read " + path, True, errno.errorcode.get(ex.errno))
+        data, got = None, "unreadable: " + errno.errorcode.get(ex.errno, str(ex.errno))
+    null = stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)
+    if null and data == b"":
+        report(path + " masked", True, "masked: /dev/null (char 1:3) bound over it, reads empty")
+    else:
+        kind = "char %d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev)) if stat.S_ISCHR(st.st_mode) else stat.filemode(st.st_mode)
+        report(path + " masked", False, f"not masked: {kind}, {got}")
+for name in PROC_MASKED_DIRS:
+    path = "/proc/" + name
+    if not os.path.lexists(path):
+        report(path + " masked", True, "absent: this kernel's /proc has no " + name)
+        continue
+    try:
+        entries = os.listdir(path)
+    except OSError as ex:
+        entries = ["unreadable: " + errno.errorcode.get(ex.errno, str(ex.errno))]
+    ro = "ro" in mounts.get(path, ())
+    report(path + " masked", entries == [] and ro,
+           "masked: an empty read-only folder" if entries == [] and ro else
+           f"not masked: {len(entries)} entries {entries[:5]}, mount {'ro' if ro else 'rw' if path in mounts else 'none'}")
+for name in PROC_READ_ONLY:
+    path = "/proc/" + name
+    if not os.path.lexists(path):
+        report(path + " read-only", True, "absent: this kernel's /proc has no " + name)
+        continue
+    opts = mounts.get(path)
+    report(path + " read-only", opts is not None and "ro" in opts,
+           "a read-only mount" if opts is not None and "ro" in opts else
+           "no mount of its own" if opts is None else "mounted read-write")
 
 # device nodes
 e = os_error(lambda: os.mknod("/tmp/dev-null", 0o666 | stat.S_IFCHR, os.makedev(1, 3)))
@@ -152,3 +207,6 @@ except OSError as ex:
     e = errno.errorcode.get(ex.errno)
 inodes = int(os.environ.get("DISK_INODES", "0"))
 report("inodes stop at the cap", e == "ENOSPC" and n <= inodes, f"created {n} of cap {inodes}: {e}")
+for k in range(n):
+    os.unlink(f"/tmp/inodes/{k}")
+os.rmdir("/tmp/inodes")

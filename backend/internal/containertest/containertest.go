@@ -72,7 +72,17 @@ var GVisorSkips = map[string]string{
 	"artifact socket": "a unix socket bound inside gVisor lives in the sentry only; none appears in the host folder",
 	"i386 system call kills the process": "gVisor has no i386 ABI: int 0x80 is answered by the sentry (-1, EPERM), " +
 		"never passed to the host kernel",
+	"/proc/sysrq-trigger masked": "gVisor's /proc is the sentry's own and runsc applies no OCI maskedPaths: its " +
+		"sysrq-trigger is write-only and writing it reaches no host kernel",
+	"/proc/sys read-only": gvisorProcRW,
+	"/proc/irq read-only": gvisorProcRW,
+	"/proc/bus read-only": gvisorProcRW,
+	"/proc/fs read-only":  gvisorProcRW,
 }
+
+// gvisorProcRW is why gVisor's /proc folders are not read-only mounts.
+const gvisorProcRW = "gVisor's /proc is the sentry's own emulation, not the host kernel's, and runsc applies no OCI " +
+	"readonlyPaths: a write changes at most the sentry's state (write /proc/sys/* checks what it refuses)"
 
 // ProfileSkips are the checks that the container profile (seccompprofile)
 // answers otherwise than the native filter, on every container runtime.
