@@ -90,9 +90,18 @@ var runcSkips = map[string]string{
 		"and no API option changes that; no_new_privs makes setuid bits inert and built images have none (see 'setuid binaries gain nothing')",
 	"uid 0 is not host root": "without dockerd --userns-remap the container shares the host's user namespace; " +
 		"no process in it ever runs as uid 0 (init and keeper run as 65534, commands as 1000, no capabilities, no_new_privs)",
+	"exec of a memfd (flags 0) via execveat":                   runcMemfdExec,
+	"exec of a memfd (flags 0) via execve /proc/self/fd/N":     runcMemfdExec,
+	"exec of a memfd (MFD_CLOEXEC) via execveat":               runcMemfdExec,
+	"exec of a memfd (MFD_CLOEXEC) via execve /proc/self/fd/N": runcMemfdExec,
 	"x32 getpid": "the container profile lets x32 calls through under the x86_64 allowlist (seccompprofile.Profile), and " +
 		"the kernel, which has no x32 ABI here, answers ENOSYS",
 }
+
+// runcMemfdExec is why a binary written to a memfd runs under runc (the
+// README says so).
+const runcMemfdExec = "with no Landlock, and vm.memfd_noexec per pid namespace but no sysctl Docker can set, a binary " +
+	"written into a memfd made without MFD_EXEC runs (README, The limits of isolation); MFD_EXEC itself is refused"
 
 func runSuite(t *testing.T, runtimeName string, extra map[string]string) {
 	store := testimage.Store(t)

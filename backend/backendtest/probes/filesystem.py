@@ -1,5 +1,5 @@
 # Filesystem attacks. Env: CANARY is a host path that must stay unreachable.
-import os, stat
+import os, stat, subprocess
 
 canary = os.environ.get("CANARY", "/nonexistent-canary")
 
@@ -177,6 +177,131 @@ else:
 mi = open("/proc/self/mountinfo").read().splitlines()
 suid = [l for l in mi if "nosuid" not in l.split(" - ")[0]]
 report("every mount is nosuid", not suid, suid[:3])
+
+# Written binaries must not run: not from a memfd (execveat on the
+# descriptor, or execve of /proc/self/fd/N), not from the writable folders,
+# not through the dynamic loader. Every attempt runs in a child; the
+# controls run the image's own /bin/true the same ways, so that a broken
+# method cannot pass for a refusal.
+TRUE = os.path.realpath("/bin/true")
+ELF = open(TRUE, "rb").read()
+AT_EMPTY_PATH = 0x1000
+MFD_CLOEXEC, MFD_NOEXEC_SEAL, MFD_EXEC = 0x1, 0x8, 0x10
+
+
+def run_child(do):
+    """Forks; the child calls do(), which execs /bin/true's bytes or
+    raises. Returns (ran, how): ran when the exec happened and exited 0."""
+    rd, wr = os.pipe()  # close-on-exec: a successful exec closes it
+    pid = os.fork()
+    if pid == 0:
+        os.close(rd)
+        try:
+            do()
+            msg = "returned"
+        except OSError as ex:
+            msg = errno.errorcode.get(ex.errno, str(ex.errno))
+        except BaseException as ex:
+            msg = repr(ex)
+        os.write(wr, msg.encode())
+        os._exit(42)
+    os.close(wr)
+    msg = os.read(rd, 200).decode()
+    os.close(rd)
+    _, st = os.waitpid(pid, 0)
+    if msg:
+        return False, "refused: " + msg
+    code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else -os.WTERMSIG(st)
+    return code == 0, f"ran, exit {code}"
+
+
+def execveat(fd):
+    argv = (ctypes.c_char_p * 2)(b"true", None)
+    envp = (ctypes.c_char_p * 1)(None)
+    r, e = sys_call(322, fd, ctypes.c_char_p(b""), argv, envp, AT_EMPTY_PATH)
+    raise OSError(getattr(errno, e, 0), "execveat: " + e)
+
+
+def fd_path(fd):
+    return lambda: os.execv(f"/proc/self/fd/{fd}", ["true"])
+
+
+ctl = os.open(TRUE, os.O_RDONLY)
+ctl_execveat, how = run_child(lambda: execveat(ctl))
+report("control: execveat runs the image's /bin/true", ctl_execveat, how)
+ctl_fdpath, how = run_child(fd_path(ctl))
+report("control: execve of /proc/self/fd/N runs the image's /bin/true", ctl_fdpath, how)
+os.close(ctl)
+
+
+def exec_check(name, ran, how, control):
+    if not control:
+        report(name, False, f"{how}; inconclusive: the control run of /bin/true failed the same way")
+    else:
+        report(name, not ran, how)
+
+
+for flags, label in ((0, "flags 0"), (MFD_CLOEXEC, "MFD_CLOEXEC"), (MFD_EXEC, "MFD_EXEC"), (MFD_NOEXEC_SEAL, "MFD_NOEXEC_SEAL")):
+    try:
+        fd = os.memfd_create("airlock-probe", flags)
+        made = ""
+    except OSError as ex:
+        fd, made = -1, errno.errorcode.get(ex.errno, str(ex.errno))
+    if flags == MFD_EXEC:
+        # the kernel alone refuses MFD_EXEC too where vm.memfd_noexec is 2
+        try:
+            scope = open("/proc/sys/vm/memfd_noexec").read().strip()
+        except OSError:
+            scope = "?"
+        judge("memfd_create MFD_EXEC refused", made or "success", "EPERM", "EACCES" if scope == "2" else "success",
+              f"vm.memfd_noexec={scope}")
+    else:
+        # the memfd checks below mean something only if the memfd exists
+        report(f"memfd_create {label} works", fd >= 0, made or "created")
+    if fd < 0:
+        for how in ("execveat", "execve /proc/self/fd/N"):
+            report(f"exec of a memfd ({label}) via {how}", True, f"no memfd: memfd_create {made}")
+        continue
+    os.write(fd, ELF)
+    try:
+        os.fchmod(fd, 0o755)
+    except OSError:
+        pass  # a sealed memfd keeps its mode
+    ran, how = run_child(lambda: execveat(fd))
+    exec_check(f"exec of a memfd ({label}) via execveat", ran, how, ctl_execveat)
+    ran, how = run_child(fd_path(fd))
+    exec_check(f"exec of a memfd ({label}) via execve /proc/self/fd/N", ran, how, ctl_fdpath)
+    os.close(fd)
+
+
+def loader():
+    for line in open("/proc/self/maps"):
+        f = line.split()
+        if len(f) >= 6 and os.path.basename(f[5]).startswith("ld-linux"):
+            return f[5]
+    return "/lib64/ld-linux-x86-64.so.2"
+
+
+LDSO = loader()
+r = subprocess.run([LDSO, TRUE], capture_output=True)
+ctl_ldso = r.returncode == 0
+report("control: the loader runs the image's /bin/true", ctl_ldso, f"{LDSO} {TRUE}: exit {r.returncode} {r.stderr[:200]!r}")
+for d in ("/tmp", "/dev/shm", "/workspace/output"):
+    path = d + "/airlock-true"
+    try:
+        with open(path, "wb") as f:
+            f.write(ELF)
+        os.chmod(path, 0o755)
+    except OSError as ex:
+        # nothing to run: inconclusive, not a refusal
+        report(f"exec of a binary written to {d}", False, "could not write it: " + errno.errorcode.get(ex.errno, ""))
+        continue
+    ran, how = run_child(lambda: os.execv(path, ["true"]))
+    exec_check(f"exec of a binary written to {d}", ran, how, ctl_fdpath)
+    r = subprocess.run([LDSO, path], capture_output=True)
+    exec_check(f"the loader runs a binary written to {d}", r.returncode == 0,
+               f"{LDSO} {path}: exit {r.returncode} {r.stderr.strip()[:200]!r}", ctl_ldso)
+    os.unlink(path)
 
 # fill the disk, the inodes, /dev/shm, and write one huge file
 limit = int(os.environ.get("DISK_BYTES", "0"))

@@ -74,11 +74,21 @@ var GVisorSkips = map[string]string{
 		"never passed to the host kernel",
 	"/proc/sysrq-trigger masked": "gVisor's /proc is the sentry's own and runsc applies no OCI maskedPaths: its " +
 		"sysrq-trigger is write-only and writing it reaches no host kernel",
-	"/proc/sys read-only": gvisorProcRW,
-	"/proc/irq read-only": gvisorProcRW,
-	"/proc/bus read-only": gvisorProcRW,
-	"/proc/fs read-only":  gvisorProcRW,
+	"memfd_create MFD_NOEXEC_SEAL works":                       "gVisor's memfd_create knows no MFD_NOEXEC_SEAL and answers EINVAL",
+	"exec of a memfd (flags 0) via execveat":                   gvisorMemfdExec,
+	"exec of a memfd (flags 0) via execve /proc/self/fd/N":     gvisorMemfdExec,
+	"exec of a memfd (MFD_CLOEXEC) via execveat":               gvisorMemfdExec,
+	"exec of a memfd (MFD_CLOEXEC) via execve /proc/self/fd/N": gvisorMemfdExec,
+	"/proc/sys read-only":                                      gvisorProcRW,
+	"/proc/irq read-only":                                      gvisorProcRW,
+	"/proc/bus read-only":                                      gvisorProcRW,
+	"/proc/fs read-only":                                       gvisorProcRW,
 }
+
+// gvisorMemfdExec is why a binary written to a memfd runs under gVisor (the
+// README says so).
+const gvisorMemfdExec = "gVisor has neither vm.memfd_noexec nor Landlock: a binary written into a memfd made without " +
+	"MFD_EXEC runs, inside the sentry, which serves its every system call (README, The limits of isolation)"
 
 // gvisorProcRW is why gVisor's /proc folders are not read-only mounts.
 const gvisorProcRW = "gVisor's /proc is the sentry's own emulation, not the host kernel's, and runsc applies no OCI " +
