@@ -28,6 +28,7 @@ func (s *suite) security(t *testing.T) {
 	t.Run("network", s.testNetworkAttacks)
 	t.Run("egress allowlist", s.testEgress)
 	t.Run("privileges", s.testPrivilegeAttacks)
+	t.Run("landlock", s.testLandlock)
 	t.Run("isolation between sandboxes", s.testIsolation)
 	t.Run("fork bomb", s.testForkBomb)
 	t.Run("stdout flood", s.testFlood)

@@ -77,6 +77,7 @@ func (bs *backends) close() {
 // skips are the suite's checks that the docker backend answers otherwise,
 // on either runtime, and why.
 var skips = containertest.Merge(containertest.ImageSkips, containertest.ProfileSkips, map[string]string{
+	"landlock": containertest.NoLandlock,
 	"/dev is minimal": "Docker creates /dev/tty (c 5:0) in every container and no API option removes it; " +
 		"opening it needs a controlling terminal, which no exec has",
 	"open /dev/tty": "Docker creates /dev/tty in every container; without a controlling terminal open() fails with ENXIO",
