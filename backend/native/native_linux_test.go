@@ -80,9 +80,7 @@ func cgroupRoots() []string {
 }
 
 func TestSuite(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the native suite runs as root here (CI runs as root); rootless runs are covered by TestRootless")
-	}
+	testenv.Require(t, "root: the native suite runs as root here (CI does; rootless runs are covered by TestRootless)", testenv.Root())
 	opts, dataImage := native.Options{}, testimage.Name
 	if store, err := testimage.Find(); err == nil {
 		opts.Images = store
