@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/artifact/artifacttest"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -18,9 +19,8 @@ import (
 // needPython skips, saying why, when python3 is missing.
 func needPython(t *testing.T) {
 	t.Helper()
-	if _, err := artifacttest.Python(); err != nil {
-		t.Skip("python3 is not installed: the hazards are planted with it")
-	}
+	_, err := artifacttest.Python()
+	testenv.Require(t, "python3, which plants the hazards", err)
 }
 
 // openDir opens a folder for Collect.

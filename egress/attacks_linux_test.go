@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -28,18 +29,13 @@ type netns struct {
 // newNetns makes a namespace, or skips the test with the reason.
 func newNetns(t *testing.T) *netns {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create a network namespace")
-	}
+	testenv.Require(t, "root, to create a network namespace", testenv.Root())
 	for _, tool := range []string{"unshare", "nsenter", "ip", "python3"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed; cannot run the in-namespace attack scripts", tool)
-		}
+		_, err := exec.LookPath(tool)
+		testenv.Require(t, tool+", for the in-namespace attack scripts", err)
 	}
 	cmd := exec.Command("unshare", "--net", "--", "sleep", "600")
-	if err := cmd.Start(); err != nil {
-		t.Skipf("cannot create a network namespace here: %v", err)
-	}
+	testenv.Require(t, "a network namespace", cmd.Start())
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()

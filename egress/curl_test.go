@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -13,9 +14,7 @@ import (
 func (f *fixture) curl(t *testing.T, proxy string, args ...string) (int, string) {
 	t.Helper()
 	path, err := exec.LookPath("curl")
-	if err != nil {
-		t.Skip("curl is not installed (apt-get install curl); skipping the curl client tests")
-	}
+	testenv.Require(t, "curl (apt-get install curl), for the curl client tests", err)
 	base := []string{"-sS", "--max-time", "20", "--proxy", proxy, "--cacert", f.ca.pemFile(t), "-w", "\nstatus=%{http_code}"}
 	cmd := exec.Command(path, append(base, args...)...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -92,13 +93,10 @@ func requireBuildHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: building an image downloads Debian packages and takes minutes")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("building an image needs root (debootstrap, chroot, namespaces)")
-	}
+	testenv.Require(t, "root, to build an image (debootstrap, chroot, namespaces)", testenv.Root())
 	for _, tool := range []string{"debootstrap", "chroot", "dpkg"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (apt-get install debootstrap)", tool)
-		}
+		_, err := exec.LookPath(tool)
+		testenv.Require(t, tool+" (apt-get install debootstrap)", err)
 	}
 }
 

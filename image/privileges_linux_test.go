@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 )
 
 // vfsCapV2 is a version 2 security.capability value granting
@@ -20,9 +22,7 @@ var vfsCapV2 = []byte{
 }
 
 func TestScanPrivilegesFindsAndStrips(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: setgid files of other groups, device nodes and file capabilities")
-	}
+	testenv.Require(t, "root, for setgid files of other groups, device nodes and file capabilities", testenv.Root())
 	ctx := context.Background()
 	root := t.TempDir()
 	p := func(rel string) string { return filepath.Join(root, rel) }

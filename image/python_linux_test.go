@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"fmt"
 	"image/png"
 	"io"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 )
 
 // pythonBuildBudget is the least time left before the test deadline for
@@ -27,9 +30,7 @@ const pythonBuildBudget = 20 * time.Minute
 func TestPythonImage(t *testing.T) {
 	requireBuildHost(t)
 	bwrap, err := exec.LookPath("bwrap")
-	if err != nil {
-		t.Skip("bwrap is not installed (apt-get install bubblewrap)")
-	}
+	testenv.Require(t, "bwrap (apt-get install bubblewrap)", err)
 	img := pythonImage(t)
 	m := img.Manifest
 	t.Logf("python image: %s, %d files, %d Debian and %d npm packages, built in %.0fs",
@@ -110,7 +111,8 @@ func pythonImage(t *testing.T) *Image {
 		return img
 	}
 	if d, ok := t.Deadline(); ok && time.Until(d) < pythonBuildBudget {
-		t.Skipf("building the python image takes up to %s; run with -timeout 30m or more, or build it first with .ci/lib/image.sh", pythonBuildBudget)
+		testenv.Require(t, "the python image built (bash .ci/lib/image.sh), or time to build it",
+			fmt.Errorf("building it takes up to %s; run with -timeout 30m or more", pythonBuildBudget))
 	}
 	def, err := Builtin("python")
 	if err != nil {

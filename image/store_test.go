@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -113,9 +114,8 @@ func TestDefaultDir(t *testing.T) {
 // as a live build holds its scratch folder.
 func holdLock(t *testing.T, path string) *exec.Cmd {
 	t.Helper()
-	if _, err := exec.LookPath("flock"); err != nil {
-		t.Skip("flock(1) from util-linux is not installed")
-	}
+	_, err := exec.LookPath("flock")
+	testenv.Require(t, "flock(1) from util-linux", err)
 	cmd := exec.Command("flock", "--exclusive", "--no-fork", path, "sleep", "600")
 	must(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })

@@ -6,6 +6,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"fmt"
 	"image/png"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/artifact"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -52,7 +54,7 @@ pres.writeFile({ fileName: "/workspace/output/deck.pptx" }).then(() => console.l
 
 func (s *suite) testDataImage(t *testing.T) {
 	if s.DataImage.Name == "" {
-		t.Skipf("backend %s: no data image configured (Config.DataImage)", s.Backend.Name())
+		testenv.Require(t, "the data image", fmt.Errorf("backend %s: none configured (Config.DataImage)", s.Backend.Name()))
 	}
 	create := func() sandbox.Instance {
 		t.Helper()

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +29,7 @@ func (s *suite) security(t *testing.T) {
 	t.Run("network", s.testNetworkAttacks)
 	t.Run("egress allowlist", s.testEgress)
 	t.Run("privileges", s.testPrivilegeAttacks)
+	t.Run("landlock", s.testLandlock)
 	t.Run("isolation between sandboxes", s.testIsolation)
 	t.Run("fork bomb", s.testForkBomb)
 	t.Run("the next command always works", s.testSurvives)
@@ -110,7 +112,7 @@ func (s *suite) testNetworkAttacks(t *testing.T) {
 
 func (s *suite) testPrivilegeAttacks(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
-		t.Skipf("the privilege probe uses x86_64 system call numbers; this is %s", runtime.GOARCH)
+		testenv.Require(t, "an x86_64 host (the privilege probe uses its system call numbers)", fmt.Errorf("this is %s", runtime.GOARCH))
 	}
 	inst := s.create(t, Policy(t, nil))
 	s.probe(t, inst, "privileges", nil)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -44,9 +45,7 @@ var probeFS embed.FS
 
 // Run runs the whole suite against one backend.
 func Run(t *testing.T, c Config) {
-	if err := c.Backend.Probe(context.Background()); err != nil {
-		t.Skipf("backend %s cannot run here: %v", c.Backend.Name(), err)
-	}
+	testenv.Require(t, "backend "+c.Backend.Name(), c.Backend.Probe(context.Background()))
 	s := &suite{Config: c}
 	t.Run("conformance", s.conformance)
 	t.Run("security", s.security)

@@ -26,6 +26,7 @@ var maskedPaths = []string{
 	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
 	"/sys/devices/virtual/powercap", "/proc/kallsyms", "/proc/kpagecount", "/proc/kpageflags",
 	"/proc/kpagecgroup", "/proc/config.gz", "/proc/vmallocinfo", "/proc/driver",
+	"/proc/key-users", "/proc/sysrq-trigger", "/proc/firmware", "/proc/tty",
 }
 
 // sentryThreads is what the cgroup's pids cap allows gVisor's sentry and

@@ -76,7 +76,8 @@ func (bs *backends) close() {
 
 // skips are the suite's checks that the docker backend answers otherwise,
 // on either runtime, and why.
-var skips = containertest.Merge(containertest.ImageSkips, map[string]string{
+var skips = containertest.Merge(containertest.ImageSkips, containertest.ProfileSkips, map[string]string{
+	"landlock": containertest.NoLandlock,
 	"/dev is minimal": "Docker creates /dev/tty (c 5:0) in every container and no API option removes it; " +
 		"opening it needs a controlling terminal, which no exec has",
 	"open /dev/tty": "Docker creates /dev/tty in every container; without a controlling terminal open() fails with ENXIO",
@@ -90,7 +91,18 @@ var runcSkips = map[string]string{
 		"and no API option changes that; no_new_privs makes setuid bits inert and built images have none (see 'setuid binaries gain nothing')",
 	"uid 0 is not host root": "without dockerd --userns-remap the container shares the host's user namespace; " +
 		"no process in it ever runs as uid 0 (init and keeper run as 65534, commands as 1000, no capabilities, no_new_privs)",
+	"exec of a memfd (flags 0) via execveat":                   runcMemfdExec,
+	"exec of a memfd (flags 0) via execve /proc/self/fd/N":     runcMemfdExec,
+	"exec of a memfd (MFD_CLOEXEC) via execveat":               runcMemfdExec,
+	"exec of a memfd (MFD_CLOEXEC) via execve /proc/self/fd/N": runcMemfdExec,
+	"x32 getpid": "the container profile lets x32 calls through under the x86_64 allowlist (seccompprofile.Profile), and " +
+		"the kernel, which has no x32 ABI here, answers ENOSYS",
 }
+
+// runcMemfdExec is why a binary written to a memfd runs under runc (the
+// README says so).
+const runcMemfdExec = "with no Landlock, and vm.memfd_noexec per pid namespace but no sysctl Docker can set, a binary " +
+	"written into a memfd made without MFD_EXEC runs (README, The limits of isolation); MFD_EXEC itself is refused"
 
 func runSuite(t *testing.T, runtimeName string, extra map[string]string) {
 	store := testimage.Store(t)
@@ -126,6 +138,7 @@ func TestSuiteRunc(t *testing.T) {
 
 // runscSkips add to gVisor's what differs under Docker.
 var runscSkips = containertest.Merge(containertest.GVisorSkips, map[string]string{
+	"egress allowlist": "docker with runsc has no egress: Docker cannot pass runsc a socket per container (README, Backends)",
 	"only lo exists": "under Docker's --network=none, gVisor's netstack (runsc's default network mode) has no interface at all, " +
 		"not even lo; every connection fails, as the other network checks show",
 })

@@ -147,7 +147,7 @@ func containersOf(t *testing.T, id string) int {
 // host's shell and a few coreutils, imported once and reused.
 func TestFolderImage(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
-		t.Skipf("the tiny root copies x86_64 library paths; this is %s", runtime.GOARCH)
+		testenv.Require(t, "an x86_64 host (the tiny root copies its library paths)", fmt.Errorf("this is %s", runtime.GOARCH))
 	}
 	be := backend(t, docker.RuntimeRunc)
 	root := tinyRoot(t)
@@ -197,7 +197,7 @@ func copyFile(t *testing.T, src, dst string) {
 	t.Helper()
 	in, err := os.Open(src)
 	if err != nil {
-		t.Skipf("the tiny root needs %s: %v", src, err)
+		testenv.Require(t, "the host's "+src+" for the tiny root", err)
 	}
 	defer in.Close()
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {

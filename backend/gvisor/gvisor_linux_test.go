@@ -60,14 +60,14 @@ func newBackend(t *testing.T, images image.Lookup) *gvisor.Backend {
 // data-work test on the python image itself.
 func TestSuiteImage(t *testing.T) {
 	be := newBackend(t, testimage.Store(t))
-	backendtest.Run(t, backendtest.Config{Backend: be, Image: testimage.Folder(t), Skip: containertest.Merge(containertest.GVisorSkips, containertest.ImageSkips),
+	backendtest.Run(t, backendtest.Config{Backend: be, Image: testimage.Folder(t), Skip: containertest.Merge(containertest.GVisorSkips, containertest.ProfileSkips, containertest.ImageSkips),
 		Leftovers: leftovers, PidsReserve: gvisor.KeeperTasks, WithEgressHooks: withHooks(t, testimage.Store(t)),
 		DataImage: containertest.Image})
 }
 
 func TestSuiteHost(t *testing.T) {
 	be := newBackend(t, testimage.Store(t))
-	backendtest.Run(t, backendtest.Config{Backend: be, Image: "host", Skip: containertest.GVisorSkips,
+	backendtest.Run(t, backendtest.Config{Backend: be, Image: "host", Skip: containertest.Merge(containertest.GVisorSkips, containertest.ProfileSkips),
 		Leftovers: leftovers, PidsReserve: gvisor.KeeperTasks, WithEgressHooks: withHooks(t, nil),
 		DataImage: containertest.Image})
 }

@@ -2,13 +2,13 @@ package native_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/native"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -83,9 +83,7 @@ func hostRun(name string, args ...string) func() error {
 }
 
 func benchRoot(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("the native backend's full form needs root")
-	}
+	testenv.Require(b, "root, for the native backend's full form", testenv.Root())
 }
 
 // BenchmarkTrue: create + run /bin/true + destroy, with each sandbox

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/native"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -66,9 +67,7 @@ time.sleep(120)
 // sandbox can still take from theirs: the sandbox's user namespace belongs
 // to a host id of its own, so nothing it holds is charged to root.
 func TestBudgetsChargedToTheSandbox(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the sandbox user namespace's owner is chosen only as root (CI runs as root)")
-	}
+	testenv.Require(t, "root: the sandbox user namespace's owner is chosen only as root", testenv.Root())
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Fatalf("python3 on the host is needed for the host-side checks: %v", err)
 	}
@@ -124,9 +123,7 @@ func TestBudgetsChargedToTheSandbox(t *testing.T) {
 // that each one's user namespace belongs to a host id of its own: never
 // root, never another sandbox's.
 func TestHostIDs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("host id ranges are leased only as root (CI runs as root)")
-	}
+	testenv.Require(t, "root: host id ranges are leased only as root", testenv.Root())
 	const n = 200
 	be := native.New(native.Options{})
 	defer be.Close()
@@ -231,9 +228,7 @@ print(total)
 // the kernel must refuse them (or kill the hoarder), not take them from
 // the host. On cgroup v1 they count against a TCP cap of their own.
 func TestSocketBuffersCounted(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs the memory cgroup, which needs root here (CI runs as root)")
-	}
+	testenv.Require(t, "root: needs the memory cgroup, which needs root here", testenv.Root())
 	be := native.New(native.Options{})
 	defer be.Close()
 	const memCap = 64 << 20

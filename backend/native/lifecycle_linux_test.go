@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/native"
 	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -80,9 +81,7 @@ func hostProcesses(mark string) []string {
 // sandbox runs: the sandbox must die with it, and the next backend must
 // remove the cgroups it left.
 func TestSupervisorKilled(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create cgroups (CI runs as root)")
-	}
+	testenv.Require(t, "root, to create cgroups (CI runs as root)", testenv.Root())
 	mark := newMark(t)
 	child := backendtest.StartChild(t, "AIRLOCK_TEST_CHILD=hold", "AIRLOCK_TEST_MARK="+mark)
 	if child.Line != "ready\n" {
@@ -167,9 +166,7 @@ func rootlessChecks() int {
 // TestRootless runs a sandbox as an unprivileged user: it must still run,
 // with the layers that need root replaced by rlimits and reported.
 func TestRootless(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("switches to an unprivileged user, which needs root (CI runs as root)")
-	}
+	testenv.Require(t, "root, to switch to an unprivileged user (CI runs as root)", testenv.Root())
 	// t.TempDir's parent is private to root; the child user must reach this one
 	dir, err := os.MkdirTemp("", "native-rootless-")
 	if err != nil {
@@ -222,9 +219,7 @@ func TestRootless(t *testing.T) {
 // TestPrestart runs sandboxes from a backend that keeps one started
 // ahead: each must be a fresh sandbox, and Close must leave nothing.
 func TestPrestart(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the native backend's full form needs root (CI runs as root)")
-	}
+	testenv.Require(t, "root, for the native backend's full form (CI runs as root)", testenv.Root())
 	be := native.New(native.Options{Prestart: 1})
 	p, _ := sandbox.Policy{Limits: sandbox.Limits{MemoryBytes: 64 << 20}}.Normalize()
 	ctx := context.Background()
@@ -267,9 +262,7 @@ func TestPrestart(t *testing.T) {
 // builds the new root: the image's folders are cloned before anything is
 // mounted there, so the root's own tmpfs cannot hide them.
 func TestImageUnderTmp(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("binds the host's /usr into a folder, which needs root (CI runs as root)")
-	}
+	testenv.Require(t, "root: binds the host's /usr into a folder, which needs root", testenv.Root())
 	// a private folder, as mktemp makes them: init could not enter it
 	dir, err := os.MkdirTemp("/tmp", "airlock-image-")
 	if err != nil {

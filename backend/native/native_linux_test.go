@@ -79,9 +79,7 @@ func cgroupRoots() []string {
 }
 
 func TestSuite(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the native suite runs as root here (CI runs as root); rootless runs are covered by TestRootless")
-	}
+	testenv.Require(t, "root: the native suite runs as root here (CI does; rootless runs are covered by TestRootless)", testenv.Root())
 	var dataImage sandbox.Image
 	if img, err := testimage.Resolve(); err == nil {
 		dataImage = img
@@ -103,9 +101,7 @@ func TestSuite(t *testing.T) {
 // does: processes start through the exec stub, cloned into their cgroup
 // folder, and are swept with cgroup.kill. The caps stay on v1 here.
 func TestSuiteUnifiedSweep(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the native suite runs as root here (CI runs as root)")
-	}
+	testenv.Require(t, "root: the native suite runs as root here", testenv.Root())
 	if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.procs"); err != nil {
 		testenv.Require(t, "a cgroup2 mount at /sys/fs/cgroup/unified", err)
 	}

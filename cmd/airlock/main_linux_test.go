@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -44,9 +45,7 @@ func airlock(t *testing.T, stdin string, args ...string) (string, string, int) {
 }
 
 func needRoot(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("runs sandboxes with cgroups, which needs root (CI runs as root)")
-	}
+	testenv.Require(t, "root, to run sandboxes with cgroups (CI runs as root)", testenv.Root())
 }
 
 func TestRunMainJob(t *testing.T) {
@@ -233,9 +232,8 @@ func TestUnknownCommand(t *testing.T) {
 // the egress proxy, whose decision the Result records.
 func TestRunNetwork(t *testing.T) {
 	needRoot(t)
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skipf("needs curl in the host image: %v (CI installs it)", err)
-	}
+	_, err := exec.LookPath("curl")
+	testenv.Require(t, "curl in the host image (CI installs it)", err)
 	start := time.Now()
 	_, errs, code := airlock(t, "", "run", "--", "curl", "-sS", "--max-time", "20", "https://example.com/")
 	if code == 0 || !strings.Contains(errs, "Could not resolve host") {

@@ -5,6 +5,7 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"testing"
 )
@@ -22,4 +23,13 @@ func Require(t testing.TB, need string, err error) {
 		t.Fatalf("%s is required under CI (AIRLOCK_CI=1) but missing: %v", need, err)
 	}
 	t.Skipf("skipped: needs %s: %v (CI installs it; run .ci/run)", need, err)
+}
+
+// Root is nil when the tests run as root (CI runs as root), else an error
+// naming the uid, for Require.
+func Root() error {
+	if uid := os.Geteuid(); uid != 0 {
+		return fmt.Errorf("running as uid %d, not root", uid)
+	}
+	return nil
 }

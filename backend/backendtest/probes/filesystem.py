@@ -1,5 +1,5 @@
 # Filesystem attacks. Env: CANARY is a host path that must stay unreachable.
-import os, stat
+import os, stat, subprocess
 
 canary = os.environ.get("CANARY", "/nonexistent-canary")
 
@@ -75,14 +75,69 @@ for path in ("/proc/sys/kernel/hostname", "/proc/sys/vm/drop_caches", "/proc/sys
 # code first under memory pressure) needs CAP_SYS_RESOURCE
 e = os_error(lambda: write_unbuffered("/proc/self/oom_score_adj", b"0"))
 report("lower /proc/self/oom_score_adj", e != "", e or "written")
-for path in ("/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/kallsyms"):
+
+# /proc by name: each file that reveals or changes host state is masked
+# (an empty /dev/null bound over it), each such folder is masked by an
+# empty read-only folder, and sys, irq, bus and fs are read-only mounts. A
+# name this kernel's /proc lacks is reported absent, which is as safe, and
+# told apart from masked.
+PROC_MASKED_FILES = ("kcore", "keys", "key-users", "latency_stats", "timer_list", "timer_stats", "sched_debug",
+                     "kallsyms", "kpagecount", "kpageflags", "kpagecgroup", "config.gz", "vmallocinfo", "sysrq-trigger")
+PROC_MASKED_DIRS = ("acpi", "scsi", "asound", "firmware", "driver", "tty")
+PROC_READ_ONLY = ("sys", "irq", "bus", "fs")
+
+
+def mount_options():
+    """Mount point -> its per-mount options, from this process's view."""
+    out = {}
+    for line in open("/proc/self/mountinfo").read().splitlines():
+        f = line.split(" ")
+        out[f[4].replace("\\040", " ")] = set(f[5].split(","))
+    return out
+
+
+mounts = mount_options()
+for name in PROC_MASKED_FILES:
+    path = "/proc/" + name
     try:
-        data = open(path, "rb").read(4096)
-        # kallsyms may stay readable if every address reads as zero
-        zeroed = path.endswith("kallsyms") and all(l.startswith(b"0000000000000000") for l in data.splitlines()[:50])
-        report("read " + path, len(data) == 0 or zeroed, f"{len(data)} bytes")
+        st = os.lstat(path)
+    except FileNotFoundError:
+        report(path + " masked", True, "absent: this kernel's /proc has no " + name)
+        continue
+    try:
+        with open(path, "rb") as f:
+            data = f.read(4096)
+        got = f"{len(data)} bytes read"
     except OSError as ex:
-        report("read " + path, True, errno.errorcode.get(ex.errno))
+        data, got = None, "unreadable: " + errno.errorcode.get(ex.errno, str(ex.errno))
+    null = stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (1, 3)
+    if null and data == b"":
+        report(path + " masked", True, "masked: /dev/null (char 1:3) bound over it, reads empty")
+    else:
+        kind = "char %d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev)) if stat.S_ISCHR(st.st_mode) else stat.filemode(st.st_mode)
+        report(path + " masked", False, f"not masked: {kind}, {got}")
+for name in PROC_MASKED_DIRS:
+    path = "/proc/" + name
+    if not os.path.lexists(path):
+        report(path + " masked", True, "absent: this kernel's /proc has no " + name)
+        continue
+    try:
+        entries = os.listdir(path)
+    except OSError as ex:
+        entries = ["unreadable: " + errno.errorcode.get(ex.errno, str(ex.errno))]
+    ro = "ro" in mounts.get(path, ())
+    report(path + " masked", entries == [] and ro,
+           "masked: an empty read-only folder" if entries == [] and ro else
+           f"not masked: {len(entries)} entries {entries[:5]}, mount {'ro' if ro else 'rw' if path in mounts else 'none'}")
+for name in PROC_READ_ONLY:
+    path = "/proc/" + name
+    if not os.path.lexists(path):
+        report(path + " read-only", True, "absent: this kernel's /proc has no " + name)
+        continue
+    opts = mounts.get(path)
+    report(path + " read-only", opts is not None and "ro" in opts,
+           "a read-only mount" if opts is not None and "ro" in opts else
+           "no mount of its own" if opts is None else "mounted read-write")
 
 # device nodes
 e = os_error(lambda: os.mknod("/tmp/dev-null", 0o666 | stat.S_IFCHR, os.makedev(1, 3)))
@@ -123,6 +178,131 @@ mi = open("/proc/self/mountinfo").read().splitlines()
 suid = [l for l in mi if "nosuid" not in l.split(" - ")[0]]
 report("every mount is nosuid", not suid, suid[:3])
 
+# Written binaries must not run: not from a memfd (execveat on the
+# descriptor, or execve of /proc/self/fd/N), not from the writable folders,
+# not through the dynamic loader. Every attempt runs in a child; the
+# controls run the image's own /bin/true the same ways, so that a broken
+# method cannot pass for a refusal.
+TRUE = os.path.realpath("/bin/true")
+ELF = open(TRUE, "rb").read()
+AT_EMPTY_PATH = 0x1000
+MFD_CLOEXEC, MFD_NOEXEC_SEAL, MFD_EXEC = 0x1, 0x8, 0x10
+
+
+def run_child(do):
+    """Forks; the child calls do(), which execs /bin/true's bytes or
+    raises. Returns (ran, how): ran when the exec happened and exited 0."""
+    rd, wr = os.pipe()  # close-on-exec: a successful exec closes it
+    pid = os.fork()
+    if pid == 0:
+        os.close(rd)
+        try:
+            do()
+            msg = "returned"
+        except OSError as ex:
+            msg = errno.errorcode.get(ex.errno, str(ex.errno))
+        except BaseException as ex:
+            msg = repr(ex)
+        os.write(wr, msg.encode())
+        os._exit(42)
+    os.close(wr)
+    msg = os.read(rd, 200).decode()
+    os.close(rd)
+    _, st = os.waitpid(pid, 0)
+    if msg:
+        return False, "refused: " + msg
+    code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else -os.WTERMSIG(st)
+    return code == 0, f"ran, exit {code}"
+
+
+def execveat(fd):
+    argv = (ctypes.c_char_p * 2)(b"true", None)
+    envp = (ctypes.c_char_p * 1)(None)
+    r, e = sys_call(322, fd, ctypes.c_char_p(b""), argv, envp, AT_EMPTY_PATH)
+    raise OSError(getattr(errno, e, 0), "execveat: " + e)
+
+
+def fd_path(fd):
+    return lambda: os.execv(f"/proc/self/fd/{fd}", ["true"])
+
+
+ctl = os.open(TRUE, os.O_RDONLY)
+ctl_execveat, how = run_child(lambda: execveat(ctl))
+report("control: execveat runs the image's /bin/true", ctl_execveat, how)
+ctl_fdpath, how = run_child(fd_path(ctl))
+report("control: execve of /proc/self/fd/N runs the image's /bin/true", ctl_fdpath, how)
+os.close(ctl)
+
+
+def exec_check(name, ran, how, control):
+    if not control:
+        report(name, False, f"{how}; inconclusive: the control run of /bin/true failed the same way")
+    else:
+        report(name, not ran, how)
+
+
+for flags, label in ((0, "flags 0"), (MFD_CLOEXEC, "MFD_CLOEXEC"), (MFD_EXEC, "MFD_EXEC"), (MFD_NOEXEC_SEAL, "MFD_NOEXEC_SEAL")):
+    try:
+        fd = os.memfd_create("airlock-probe", flags)
+        made = ""
+    except OSError as ex:
+        fd, made = -1, errno.errorcode.get(ex.errno, str(ex.errno))
+    if flags == MFD_EXEC:
+        # the kernel alone refuses MFD_EXEC too where vm.memfd_noexec is 2
+        try:
+            scope = open("/proc/sys/vm/memfd_noexec").read().strip()
+        except OSError:
+            scope = "?"
+        judge("memfd_create MFD_EXEC refused", made or "success", "EPERM", "EACCES" if scope == "2" else "success",
+              f"vm.memfd_noexec={scope}")
+    else:
+        # the memfd checks below mean something only if the memfd exists
+        report(f"memfd_create {label} works", fd >= 0, made or "created")
+    if fd < 0:
+        for how in ("execveat", "execve /proc/self/fd/N"):
+            report(f"exec of a memfd ({label}) via {how}", True, f"no memfd: memfd_create {made}")
+        continue
+    os.write(fd, ELF)
+    try:
+        os.fchmod(fd, 0o755)
+    except OSError:
+        pass  # a sealed memfd keeps its mode
+    ran, how = run_child(lambda: execveat(fd))
+    exec_check(f"exec of a memfd ({label}) via execveat", ran, how, ctl_execveat)
+    ran, how = run_child(fd_path(fd))
+    exec_check(f"exec of a memfd ({label}) via execve /proc/self/fd/N", ran, how, ctl_fdpath)
+    os.close(fd)
+
+
+def loader():
+    for line in open("/proc/self/maps"):
+        f = line.split()
+        if len(f) >= 6 and os.path.basename(f[5]).startswith("ld-linux"):
+            return f[5]
+    return "/lib64/ld-linux-x86-64.so.2"
+
+
+LDSO = loader()
+r = subprocess.run([LDSO, TRUE], capture_output=True)
+ctl_ldso = r.returncode == 0
+report("control: the loader runs the image's /bin/true", ctl_ldso, f"{LDSO} {TRUE}: exit {r.returncode} {r.stderr[:200]!r}")
+for d in ("/tmp", "/dev/shm", "/workspace/output"):
+    path = d + "/airlock-true"
+    try:
+        with open(path, "wb") as f:
+            f.write(ELF)
+        os.chmod(path, 0o755)
+    except OSError as ex:
+        # nothing to run: inconclusive, not a refusal
+        report(f"exec of a binary written to {d}", False, "could not write it: " + errno.errorcode.get(ex.errno, ""))
+        continue
+    ran, how = run_child(lambda: os.execv(path, ["true"]))
+    exec_check(f"exec of a binary written to {d}", ran, how, ctl_fdpath)
+    r = subprocess.run([LDSO, path], capture_output=True)
+    exec_check(f"the loader runs a binary written to {d}", r.returncode == 0,
+               f"{LDSO} {path}: exit {r.returncode} {r.stderr.strip()[:200]!r}", ctl_ldso)
+    os.unlink(path)
+
 # fill the disk, the inodes, /dev/shm, and write one huge file
 limit = int(os.environ.get("DISK_BYTES", "0"))
 def fill(path):
@@ -152,3 +332,6 @@ except OSError as ex:
     e = errno.errorcode.get(ex.errno)
 inodes = int(os.environ.get("DISK_INODES", "0"))
 report("inodes stop at the cap", e == "ENOSPC" and n <= inodes, f"created {n} of cap {inodes}: {e}")
+for k in range(n):
+    os.unlink(f"/tmp/inodes/{k}")
+os.rmdir("/tmp/inodes")

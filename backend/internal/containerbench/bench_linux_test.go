@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
 	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/backend/native"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -96,9 +97,7 @@ func dockerCLI(b *testing.B) string {
 		return "/usr/bin/docker"
 	}
 	p, err := exec.LookPath("docker")
-	if err != nil {
-		b.Skip("no docker client in PATH")
-	}
+	testenv.Require(b, "the docker client", err)
 	return p
 }
 
@@ -108,9 +107,7 @@ func dockerBackend(b *testing.B, runtimeName string) (*docker.Backend, string) {
 	store := testimage.Store(b)
 	be := docker.New(docker.Options{Runtime: runtimeName, Images: store})
 	b.Cleanup(func() { be.Close() })
-	if err := be.Probe(context.Background()); err != nil {
-		b.Skipf("docker with runtime %s: %v", runtimeName, err)
-	}
+	testenv.Require(b, "docker with runtime "+runtimeName+" (bash .ci/lib/docker.sh start)", be.Probe(context.Background()))
 	img, err := store.Get(containertest.Image)
 	if err != nil {
 		b.Fatal(err)
@@ -147,9 +144,7 @@ func BenchmarkDockerRunsc(b *testing.B) { benchDocker(b, docker.RuntimeRunsc) }
 // image, beside runsc do, which also runs the host's root (under an
 // overlay) with no network.
 func BenchmarkGVisor(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("the gvisor backend's full form needs root")
-	}
+	testenv.Require(b, "root, for the gvisor backend's full form", testenv.Root())
 	runsc := containertest.Runsc(b)
 	be := gvisor.New(gvisor.Options{Runsc: runsc})
 	pair(b, sandboxRun(b, be, "host", "/bin/true"), hostRun(runsc, "--network=none", "do", "/bin/true"))
@@ -159,9 +154,7 @@ func BenchmarkGVisor(b *testing.B) {
 // equivalent bundle, the backend's own (cgroups, mounts, seccomp), with
 // /bin/true as the process and fresh tmpfs for the writable folders.
 func BenchmarkGVisorBundle(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("the gvisor backend's full form needs root")
-	}
+	testenv.Require(b, "root, for the gvisor backend's full form", testenv.Root())
 	runsc := containertest.Runsc(b)
 	be := gvisor.New(gvisor.Options{Runsc: runsc})
 	dir := equivalentBundle(b, be)

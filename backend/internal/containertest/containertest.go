@@ -70,4 +70,44 @@ var GVisorSkips = map[string]string{
 		"every system call; the sentry itself runs as host root with five capabilities under its own seccomp filter (rootful runsc)",
 	"artifact fifo":   "a FIFO made inside gVisor lives in the sentry only; none appears in the host folder, so the filter sees nothing",
 	"artifact socket": "a unix socket bound inside gVisor lives in the sentry only; none appears in the host folder",
+	"landlock":        NoLandlock,
+	"i386 system call kills the process": "gVisor has no i386 ABI: int 0x80 is answered by the sentry (-1, EPERM), " +
+		"never passed to the host kernel",
+	"/proc/sysrq-trigger masked": "gVisor's /proc is the sentry's own and runsc applies no OCI maskedPaths: its " +
+		"sysrq-trigger is write-only and writing it reaches no host kernel",
+	"memfd_create MFD_NOEXEC_SEAL works":                       "gVisor's memfd_create knows no MFD_NOEXEC_SEAL and answers EINVAL",
+	"exec of a memfd (flags 0) via execveat":                   gvisorMemfdExec,
+	"exec of a memfd (flags 0) via execve /proc/self/fd/N":     gvisorMemfdExec,
+	"exec of a memfd (MFD_CLOEXEC) via execveat":               gvisorMemfdExec,
+	"exec of a memfd (MFD_CLOEXEC) via execve /proc/self/fd/N": gvisorMemfdExec,
+	"/proc/sys read-only":                                      gvisorProcRW,
+	"/proc/irq read-only":                                      gvisorProcRW,
+	"/proc/bus read-only":                                      gvisorProcRW,
+	"/proc/fs read-only":                                       gvisorProcRW,
+}
+
+// gvisorMemfdExec is why a binary written to a memfd runs under gVisor (the
+// README says so).
+const gvisorMemfdExec = "gVisor has neither vm.memfd_noexec nor Landlock: a binary written into a memfd made without " +
+	"MFD_EXEC runs, inside the sentry, which serves its every system call (README, The limits of isolation)"
+
+// gvisorProcRW is why gVisor's /proc folders are not read-only mounts.
+const gvisorProcRW = "gVisor's /proc is the sentry's own emulation, not the host kernel's, and runsc applies no OCI " +
+	"readonlyPaths: a write changes at most the sentry's state (write /proc/sys/* checks what it refuses)"
+
+// NoLandlock is why the suite's Landlock checks do not apply to the container
+// backends: they apply no Landlock ruleset (the README says so). Commands of
+// one sandbox may then write their own /proc/self files and signal or reach
+// each other; the sandboxes stay apart from each other and from the host.
+const NoLandlock = "the container backends apply no Landlock ruleset (README, Backends); the checks that only " +
+	"Landlock stops (writes to a process's own /proc files, whiteouts, signals and abstract sockets between " +
+	"commands of one sandbox) cannot apply"
+
+// ProfileSkips are the checks that the container profile (seccompprofile)
+// answers otherwise than the native filter, on every container runtime.
+var ProfileSkips = map[string]string{
+	"ioctl TIOCSTI": "the container profile keeps Docker's rule that allows every ioctl request; no terminal reaches a " +
+		"container (a command's stdin, stdout and stderr are pipes), so the kernel answers ENOTTY",
+	"ioctl TIOCLINUX": "the container profile keeps Docker's rule that allows every ioctl request; no Linux console " +
+		"reaches a container, so the kernel answers ENOTTY",
 }

@@ -11,13 +11,12 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 func TestDirLifecycle(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting the tmpfs needs root")
-	}
+	testenv.Require(t, "root, to mount the tmpfs", testenv.Root())
 	base := t.TempDir()
 	d, err := Create(Options{Base: base, ID: "test1", UID: 1000, GID: 1000, DiskBytes: 1 << 20, DiskInodes: 64})
 	if err != nil {

@@ -14,13 +14,19 @@ import (
 
 // Removed are the system calls that Docker's default profile allows and
 // airlock does not: tracing and memory access of other processes, file
-// handles that bypass path checks, and the LDT.
-var Removed = []string{"ptrace", "process_vm_readv", "process_vm_writev", "name_to_handle_at", "modify_ldt", "kcmp"}
+// handles that bypass path checks, the LDT, and the calls the native
+// filter refuses that Docker's newer profiles allow (the mount tables,
+// fanotify marks, the clock's tuning, secret memory, reaping another
+// process's memory).
+var Removed = []string{"ptrace", "process_vm_readv", "process_vm_writev", "name_to_handle_at", "modify_ldt", "kcmp",
+	"statmount", "listmount", "fanotify_mark", "adjtimex", "clock_adjtime", "memfd_secret", "process_mrelease"}
 
 // Profile is Docker's default profile made stricter: no i386 system
-// calls (they kill the process), none of Removed, and sockets only of the
+// calls (they kill the process), none of Removed, sockets only of the
 // unix, inet and inet6 families (stream, datagram and seqpacket, never
-// raw or packet) and of netlink's route protocol. x32 calls, which share
+// raw or packet) and of netlink's route protocol, and memfd_create only
+// without MFD_EXEC (an executable memfd would run a binary the code
+// wrote). x32 calls, which share
 // x86_64's audit architecture, stay under the same allowlist as in
 // Docker's profile, so that they fail rather than kill (kernels without
 // x32, such as Debian's, refuse them with ENOSYS).
@@ -42,6 +48,7 @@ func Profile() (*seccomp.Seccomp, error) {
 		if slices.Contains(s.Names, "socket") {
 			continue
 		}
+		s.Names = slices.DeleteFunc(s.Names, func(n string) bool { return n == "memfd_create" })
 		if s.Action == specs.ActErrno && s.ErrnoRet != nil && *s.ErrnoRet == uint(unix.ENOSYS) {
 			s.Action, s.ErrnoRet = specs.ActTrace, nil
 		}
@@ -51,6 +58,7 @@ func Profile() (*seccomp.Seccomp, error) {
 		}
 	}
 	p.Syscalls = append(rules, socketRules()...)
+	p.Syscalls = append(p.Syscalls, memfdRule())
 	return p, nil
 }
 
@@ -104,4 +112,10 @@ func socketRules() []*seccomp.Syscall {
 		}
 	}
 	return rules
+}
+
+// memfdRule allows memfd_create when its flags (argument 1) lack MFD_EXEC.
+func memfdRule() *seccomp.Syscall {
+	return &seccomp.Syscall{LinuxSyscall: specs.LinuxSyscall{Names: []string{"memfd_create"}, Action: specs.ActAllow,
+		Args: []specs.LinuxSeccompArg{{Index: 1, Value: unix.MFD_EXEC, ValueTwo: 0, Op: specs.OpMaskedEqual}}}}
 }

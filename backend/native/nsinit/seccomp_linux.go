@@ -25,6 +25,7 @@ const (
 	actSocket                    // allowed for unix, inet, inet6 and netlink-route, never raw or packet
 	actIoctl                     // allowed except terminal input injection
 	actPersonality               // allowed for the harmless personas only
+	actMemfd                     // allowed unless it asks for an executable memfd
 )
 
 // seccompData offsets (struct seccomp_data: nr, arch, ip, args[6]).
@@ -60,6 +61,11 @@ const (
 	sockTypeMask = 0xf
 	tiocsti      = 0x5412
 	tioclinux    = 0x541c
+	// mfdExec is memfd_create's MFD_EXEC: a memfd whose contents may be
+	// executed. Refusing it keeps written binaries from running out of
+	// memory (vm.memfd_noexec=2 in the sandbox's pid namespace does the
+	// same for the flags that do not name it).
+	mfdExec = 0x10
 )
 
 // allowedPersonas are the personality(2) arguments a program may pass:
@@ -189,6 +195,8 @@ func (p *program) leaf(a action) {
 		p.jump("ioctl")
 	case actPersonality:
 		p.jump("personality")
+	case actMemfd:
+		p.jump("memfd")
 	}
 }
 
@@ -230,6 +238,14 @@ func (p *program) argChecks() {
 	for _, v := range allowedPersonas {
 		p.ifEq(v, "allow")
 	}
+	p.jump("deny")
+
+	// memfd_create's flags are an unsigned int: the low 32 bits are all
+	// the kernel reads.
+	p.label("memfd")
+	p.emit(bpfLdAbsW, 0, 0, offArg1)
+	p.emit(bpfAndK, 0, 0, mfdExec)
+	p.ifEq(0, "allow")
 	p.jump("deny")
 
 	p.label("allow")

@@ -38,7 +38,7 @@ var syscallTable = tableFrom(map[action][]uint32{
 		unix.SYS_CACHESTAT, unix.SYS_SETXATTRAT, unix.SYS_GETXATTRAT, unix.SYS_LISTXATTRAT,
 		unix.SYS_REMOVEXATTRAT, unix.SYS_FILE_GETATTR, unix.SYS_FILE_SETATTR,
 		unix.SYS_INOTIFY_INIT, unix.SYS_INOTIFY_ADD_WATCH, unix.SYS_INOTIFY_RM_WATCH,
-		unix.SYS_INOTIFY_INIT1, unix.SYS_MEMFD_CREATE,
+		unix.SYS_INOTIFY_INIT1,
 		// memory
 		unix.SYS_MMAP, unix.SYS_MPROTECT, unix.SYS_MUNMAP, unix.SYS_BRK, unix.SYS_MREMAP,
 		unix.SYS_MSYNC, unix.SYS_MINCORE, unix.SYS_MADVISE, unix.SYS_MLOCK, unix.SYS_MUNLOCK,
@@ -127,4 +127,5 @@ var syscallTable = tableFrom(map[action][]uint32{
 	actSocket:      {unix.SYS_SOCKET},
 	actIoctl:       {unix.SYS_IOCTL},
 	actPersonality: {unix.SYS_PERSONALITY},
+	actMemfd:       {unix.SYS_MEMFD_CREATE},
 })

@@ -90,6 +90,8 @@ func TestFilterDecisions(t *testing.T) {
 		{"ioctl TIOCSTI, high bits set", seccompArch, unix.SYS_IOCTL, []uint64{0, 1<<32 | tiocsti}, retEPERM},
 		{"personality query", seccompArch, unix.SYS_PERSONALITY, []uint64{0xffffffff}, retAllow},
 		{"personality READ_IMPLIES_EXEC", seccompArch, unix.SYS_PERSONALITY, []uint64{0x0400000}, retEPERM},
+		{"memfd_create cloexec", seccompArch, unix.SYS_MEMFD_CREATE, []uint64{0, unix.MFD_CLOEXEC}, retAllow},
+		{"memfd_create exec", seccompArch, unix.SYS_MEMFD_CREATE, []uint64{0, unix.MFD_EXEC | unix.MFD_CLOEXEC}, retEPERM},
 		{"number past the table", seccompArch, 1000, nil, retENOSYS},
 		{"x32 getpid", seccompArch, x32Bit | unix.SYS_GETPID, nil, retEPERM},
 		{"i386 call", unix.AUDIT_ARCH_I386, 1, nil, retKill},
