@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -224,6 +225,28 @@ for i in range(400):
 print(total)
 `
 
+// udpHoard fills loopback UDP receive queues without reading, then prints
+// how many bytes the kernel queued in all, or "refused" when the sandbox
+// may not make UDP sockets at all.
+const udpHoard = `
+import socket, errno
+try:
+    rx = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(200)]
+except OSError as e:
+    print("refused", errno.errorcode[e.errno]); raise SystemExit
+tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); tx.setblocking(False)
+total = 0
+for r in rx:
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    r.bind(("127.0.0.1", 0))
+    for _ in range(20000):
+        try:
+            total += tx.sendto(b"x" * 60000, r.getsockname())
+        except OSError:
+            break
+print(total)
+`
+
 // TestSocketBuffersCounted holds loopback TCP buffers past the memory cap:
 // the kernel must refuse them (or kill the hoarder), not take them from
 // the host. On cgroup v1 they count against a TCP cap of their own.
@@ -250,4 +273,21 @@ func TestSocketBuffersCounted(t *testing.T) {
 		t.Errorf("the sandbox held %d MiB in TCP buffers under a memory cap of %d MiB", held>>20, memCap>>20)
 	}
 	t.Logf("TCP buffers held under a %d MiB cap: %.1f MiB", memCap>>20, float64(held)/(1<<20))
+	res = backendtest.Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", udpHoard}})
+	switch f := strings.Fields(res.Stdout); {
+	case res.OOMKilled:
+		t.Logf("the UDP hoarder was killed for memory, as it may be")
+	case len(f) == 2 && f[0] == "refused" && f[1] == "EPERM":
+		t.Logf("UDP sockets refused (cgroup v1 cannot count their buffers)")
+	case len(f) == 1:
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		// queued datagrams are charged at their buffers' size, about
+		// twice their payload
+		if n > memCap/2 {
+			t.Errorf("the sandbox queued %d MiB of UDP payload under a memory cap of %d MiB", n>>20, memCap>>20)
+		}
+		t.Logf("UDP payload queued under a %d MiB cap: %.1f MiB", memCap>>20, float64(n)/(1<<20))
+	default:
+		t.Errorf("UDP hoarder: %q %q", res.Stdout, res.Stderr)
+	}
 }

@@ -48,8 +48,10 @@ func (i *instance) sandboxLimits(h *hostInfo) *nsinit.Limits {
 	if !has(ctlPids) {
 		rl = append(rl, fixed(unix.RLIMIT_NPROC, uint64(lim.Pids+rootlessInitTasks)))
 	}
+	mem := h.cgroups.ctl[ctlMemory]
 	l := &nsinit.Limits{UID: sandboxUID, GID: sandboxGID, SetGroups: h.root, Rlimits: rl,
-		CommandRlimits: perCommand, OOMScoreAdj: 1000}
+		CommandRlimits: perCommand, OOMScoreAdj: 1000,
+		NoInetDatagrams: i.cg != nil && mem != nil && !mem.v2}
 	if h.landlockABI > 0 {
 		l.Landlock = &nsinit.LandlockConfig{
 			ABI:      h.landlockABI,

@@ -138,10 +138,18 @@ func spans(table map[uint32]action, limit uint32) []span {
 	return out
 }
 
+// filterOptions vary the filter with the host.
+type filterOptions struct {
+	// noInetDatagrams refuses UDP (and ICMP datagram) sockets: cgroup v1
+	// cannot count their buffers in the memory cap. The sandbox has no
+	// network but lo, so only loopback datagrams are lost.
+	noInetDatagrams bool
+}
+
 // buildFilter compiles table into a filter for one architecture. The
 // number in A is found by a binary search over the spans, so each call
 // costs about log2(spans) comparisons.
-func buildFilter(arch uint32, table map[uint32]action, x32Bit uint32) ([]unix.SockFilter, error) {
+func buildFilter(arch uint32, table map[uint32]action, x32Bit uint32, o filterOptions) ([]unix.SockFilter, error) {
 	var limit uint32
 	for nr := range table {
 		limit = max(limit, nr+1)
@@ -160,7 +168,7 @@ func buildFilter(arch uint32, table map[uint32]action, x32Bit uint32) ([]unix.So
 	p.ret(retENOSYS)
 	sp := spans(table, limit)
 	p.tree(sp)
-	p.argChecks()
+	p.argChecks(o)
 	return p.finish()
 }
 
@@ -202,7 +210,7 @@ func (p *program) leaf(a action) {
 
 // argChecks emits the blocks that leaves jump to. The program ends with
 // the shared allow and deny returns: the kernel wants a return last.
-func (p *program) argChecks() {
+func (p *program) argChecks(o filterOptions) {
 	p.label("clone")
 	p.emit(bpfLdAbsW, 0, 0, offArg0)
 	p.emit(bpfAndK, 0, 0, cloneNamespaceFlags)
@@ -221,6 +229,9 @@ func (p *program) argChecks() {
 	p.emit(bpfAndK, 0, 0, sockTypeMask)
 	p.ifEq(unix.SOCK_RAW, "deny")
 	p.ifEq(unix.SOCK_PACKET, "deny")
+	if o.noInetDatagrams {
+		p.ifEq(unix.SOCK_DGRAM, "deny")
+	}
 	p.jump("allow")
 	p.label("socket_netlink")
 	p.emit(bpfLdAbsW, 0, 0, offArg2)

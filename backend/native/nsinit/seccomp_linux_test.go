@@ -53,7 +53,7 @@ func seccompData(arch uint32, nr uint32, args ...uint64) []byte {
 }
 
 func TestFilterDecisions(t *testing.T) {
-	prog, err := buildFilter(seccompArch, syscallTable, x32Bit)
+	prog, err := buildFilter(seccompArch, syscallTable, x32Bit, filterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -418,7 +418,7 @@ var everyday = []argCase{
 
 func pinFilter(t *testing.T) []unix.SockFilter {
 	t.Helper()
-	prog, err := buildFilter(unix.AUDIT_ARCH_X86_64, syscallTable, 0x40000000)
+	prog, err := buildFilter(unix.AUDIT_ARCH_X86_64, syscallTable, 0x40000000, filterOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,5 +498,36 @@ func TestSeccompEverydayCalls(t *testing.T) {
 		if got := runBPF(t, prog, seccompData(unix.AUDIT_ARCH_X86_64, c.nr, c.args...)); got != c.want {
 			t.Errorf("%s %#x: filter says %s; everyday programs need it allowed", c.name, c.args, retName(got))
 		}
+	}
+}
+
+// TestSeccompPinNoInetDatagrams: on hosts whose memory cap cannot count
+// UDP buffers (cgroup v1) the filter refuses inet datagram sockets, of
+// any flag, and still allows streams and unix datagrams.
+func TestSeccompPinNoInetDatagrams(t *testing.T) {
+	prog, err := buildFilter(unix.AUDIT_ARCH_X86_64, syscallTable, 0x40000000, filterOptions{noInetDatagrams: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name     string
+		fam, typ uint64
+		want     uint32
+	}{
+		{"udp", unix.AF_INET, unix.SOCK_DGRAM, retEPERM},
+		{"udp6, nonblocking", unix.AF_INET6, unix.SOCK_DGRAM | unix.SOCK_NONBLOCK, retEPERM},
+		{"udp, close-on-exec, high bits", unix.AF_INET, 1<<40 | unix.SOCK_DGRAM | unix.SOCK_CLOEXEC, retEPERM},
+		{"tcp", unix.AF_INET, unix.SOCK_STREAM, retAllow},
+		{"tcp6", unix.AF_INET6, unix.SOCK_STREAM | unix.SOCK_CLOEXEC, retAllow},
+		{"unix datagram", unix.AF_UNIX, unix.SOCK_DGRAM, retAllow},
+	}
+	for _, c := range cases {
+		if got := runBPF(t, prog, seccompData(unix.AUDIT_ARCH_X86_64, unix.SYS_SOCKET, c.fam, c.typ)); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, retName(got), retName(c.want))
+		}
+	}
+	// without the option, udp is allowed
+	if got := runBPF(t, pinFilter(t), seccompData(unix.AUDIT_ARCH_X86_64, unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_DGRAM)); got != retAllow {
+		t.Errorf("udp without the option: %s, want allow", retName(got))
 	}
 }

@@ -66,6 +66,9 @@ type Limits struct {
 	// OOMScoreAdj is raised for commands so that, under memory pressure on
 	// the host, sandboxed code is killed first.
 	OOMScoreAdj int `json:"oom_score_adj"`
+	// NoInetDatagrams makes seccomp refuse UDP sockets (cgroup v1 hosts,
+	// whose memory cap cannot count their buffers).
+	NoInetDatagrams bool `json:"no_inet_datagrams,omitempty"`
 }
 
 // Rlimit is one resource limit.
@@ -116,7 +119,7 @@ type spawner struct {
 }
 
 func newSpawner(l *Limits) (*spawner, error) {
-	filter, err := buildFilter(seccompArch, syscallTable, x32Bit)
+	filter, err := buildFilter(seccompArch, syscallTable, x32Bit, filterOptions{noInetDatagrams: l.NoInetDatagrams})
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,10 @@ except OSError:
     pass
 for server in servers:
     fam = socket.AF_INET6 if ":" in server else socket.AF_INET
-    s = socket.socket(fam, socket.SOCK_DGRAM)
+    try:
+        s = socket.socket(fam, socket.SOCK_DGRAM)
+    except OSError:
+        continue  # refused where the memory cap cannot count UDP buffers
     s.settimeout(TIMEOUT / 3)
     try:
         s.sendto(query, (server, 53))
