@@ -25,6 +25,9 @@
 //     neutralised; scripts and remote references are removed from HTML, SVG,
 //     XML and Markdown; zip archives and Office Open XML files are scanned
 //     for macros, ActiveX, external links, DDE, escaping names and bombs.
+//   - Destination: a file never replaces an entry of the host folder unless
+//     the caller asks for it (Destination.Overwrite), and never follows a
+//     link there.
 //
 // The SHA-256 and size of an accepted or sanitized artifact are those of the
 // bytes written to the host, after sanitizing. A rejected artifact reports
