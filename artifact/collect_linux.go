@@ -162,6 +162,10 @@ func (w *walker) visit(ctx context.Context, dirfd int, rel, name string, depth i
 		w.refuse(rel, 0, why)
 		return nil
 	}
+	if why := w.c.checkHidden(name); why != "" {
+		w.refuse(rel, 0, why)
+		return nil
+	}
 	if len(rel) > w.c.p.MaxPathLen {
 		w.refuse(rel, 0, fmt.Sprintf("path is %d bytes long, over the cap of %d", len(rel), w.c.p.MaxPathLen))
 		return nil

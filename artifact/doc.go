@@ -12,7 +12,8 @@
 //
 //   - Names: every path component must be valid UTF-8 without control or
 //     bidirectional formatting characters, backslashes, "." or "..", and the
-//     path must respect the depth and length caps.
+//     path must respect the depth and length caps. Hidden names (starting
+//     with a dot) are refused unless the policy's AllowHidden is set.
 //   - Kinds of entries: only regular files with a single link are read;
 //     symbolic links, hard links, FIFOs, sockets, devices and mount points
 //     are rejected after an O_PATH open, without being opened for reading.

@@ -170,6 +170,8 @@ var Expectations = []Expectation{
 	{"control characters in names", `new\nline.csv`, sandbox.VerdictRejected, "control character"},
 	{"control characters in names", `bad\xffname.csv`, sandbox.VerdictRejected, "UTF-8"},
 	{"control characters in names", `rlo\u202egpj.csv`, sandbox.VerdictRejected, "formatting character"},
+	{"hidden names", ".env.txt", sandbox.VerdictRejected, "hidden name"},
+	{"hidden names", ".git", sandbox.VerdictRejected, "hidden name"},
 	{"safe files", "ok/good.csv", sandbox.VerdictAccepted, ""},
 	{"safe files", "ok/plot.png", sandbox.VerdictAccepted, ""},
 	{"safe files", "ok/data.json", sandbox.VerdictAccepted, ""},
