@@ -187,6 +187,14 @@ func (c *checker) content(name string, src io.Reader, sk sink, nest *nesting) (o
 	if d.note != "" {
 		o.notes = append(o.notes, d.note)
 	}
+	if isManifest(name) && d.rule != ruleReject {
+		if d.rule != ruleText {
+			o.reject = "package.json does not hold JSON text"
+			return o, nil
+		}
+		o.reject, err = checkManifest(&textGuard{r: br}, sk.w)
+		return o, err
+	}
 	switch d.rule {
 	case ruleReject:
 		return o, nil

@@ -25,7 +25,9 @@
 //   - Content: CSV and TSV cells that a spreadsheet would run as formulas are
 //     neutralised; scripts and remote references are removed from HTML, SVG,
 //     XML and Markdown; zip archives and Office Open XML files are scanned
-//     for macros, ActiveX, external links, DDE, escaping names and bombs.
+//     for macros, ActiveX, external links, DDE, escaping names and bombs;
+//     a package.json with install scripts (preinstall, postinstall,
+//     prepare…) is refused, since npm would run them on the host.
 //   - Destination: a file never replaces an entry of the host folder unless
 //     the caller asks for it (Destination.Overwrite), and never follows a
 //     link there.

@@ -172,6 +172,7 @@ var Expectations = []Expectation{
 	{"control characters in names", `rlo\u202egpj.csv`, sandbox.VerdictRejected, "formatting character"},
 	{"hidden names", ".env.txt", sandbox.VerdictRejected, "hidden name"},
 	{"hidden names", ".git", sandbox.VerdictRejected, "hidden name"},
+	{"npm install script", "pkg/package.json", sandbox.VerdictRejected, "install scripts (postinstall)"},
 	{"safe files", "ok/good.csv", sandbox.VerdictAccepted, ""},
 	{"safe files", "ok/plot.png", sandbox.VerdictAccepted, ""},
 	{"safe files", "ok/data.json", sandbox.VerdictAccepted, ""},

