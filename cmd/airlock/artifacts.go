@@ -8,8 +8,9 @@ import (
 )
 
 // collectArtifacts runs /workspace/output through the artifact filter.
-// With --output the accepted and sanitized files land there; without it
-// the files are only judged, so the Result still lists them.
+// With --output the accepted and sanitized files land there, never
+// replacing a file there; without it the files are only judged, so the
+// Result still lists them.
 func collectArtifacts(ctx context.Context, inst sandbox.Instance, o *runOptions) ([]sandbox.Artifact, error) {
 	dir, err := inst.Output(ctx)
 	if err != nil {

@@ -8,8 +8,17 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
+	"strings"
 	"syscall"
+)
+
+// Exit statuses of airlock itself; the rest are in package sandbox.
+const (
+	// exitUsage means the command line is wrong: a bad flag or value, a
+	// missing command, an unknown subcommand.
+	exitUsage = 2
 )
 
 // command is one subcommand: it parses args and returns the exit status.
@@ -24,6 +33,13 @@ type cliEnv struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// buildInfo is debug.ReadBuildInfo; nil means there is none.
+	buildInfo func() (*debug.BuildInfo, bool)
+}
+
+// errorf prints one of airlock's own lines on stderr.
+func (e *cliEnv) errorf(format string, a ...any) {
+	fmt.Fprintf(e.stderr, format+"\n", a...)
 }
 
 var commands = map[string]command{}
@@ -32,25 +48,43 @@ func register(name string, c command) { commands[name] = c }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
+		buildInfo: debug.ReadBuildInfo}
 	code := dispatch(ctx, env, os.Args[1:])
 	stop()
 	os.Exit(code)
 }
 
+// dispatch runs the subcommand that args name. "airlock help CMD…" is
+// "airlock CMD… --help".
 func dispatch(ctx context.Context, env *cliEnv, args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(env.stderr)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
+		return exitUsage
 	}
-	c, ok := commands[args[0]]
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help":
+		usage(env.stdout)
+		return 0
+	case "help":
+		if len(args) == 1 {
+			usage(env.stdout)
+			return 0
+		}
+		return dispatch(ctx, env, append(append([]string(nil), args[1:]...), "--help"))
+	case "-version", "--version":
+		name = "version"
+	}
+	c, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(env.stderr, "airlock: unknown command %q\n", args[0])
+		what := "command"
+		if strings.HasPrefix(name, "-") {
+			what = "flag"
+		}
+		fmt.Fprintf(env.stderr, "airlock: unknown %s %q\n", what, name)
 		usage(env.stderr)
-		return 2
+		return exitUsage
 	}
 	return c.run(ctx, env, args[1:])
 }
@@ -65,5 +99,5 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'airlock COMMAND -h' for the flags of one command.")
+	fmt.Fprintln(w, "\nRun 'airlock help COMMAND' (or 'airlock COMMAND --help') for the flags of one command.")
 }

@@ -21,7 +21,8 @@ func init() {
 const runUsage = `run [flags] -- COMMAND [ARG...]
        airlock run [flags] --lang python|bash|node --code FILE   (FILE "-" reads stdin)
 
-Exit status: the command's own; 124 timed out; 137 killed for memory; 125 airlock failed.`
+Exit status: the command's own; 124 timed out; 137 killed for memory; 125 airlock
+failed; 2 the command line is wrong.`
 
 // runOptions are the parsed flags of airlock run.
 type runOptions struct {
@@ -53,21 +54,21 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 	fs.StringVar(&o.backend, "backend", def, "backend: native, docker or gvisor (env AIRLOCK_BACKEND)")
 	fs.StringVar(&o.runtime, "runtime", "", "with --backend docker: runc or runsc (env AIRLOCK_DOCKER_RUNTIME; default runc)")
 	fs.StringVar(&o.image, "image", "host", `image: "host", a built image name, or a rootfs folder`)
-	fs.Var(&o.inputs, "input", "PATH[:NAME] of a host file to put read-only at /workspace/input/NAME (repeatable)")
-	fs.StringVar(&o.output, "output", "", "host folder that receives the accepted files of /workspace/output")
-	fs.Var(durationFlag{&l.Timeout}, "timeout", "wall-clock limit (default 30s)")
-	fs.Var(sizeFlag{&l.MemoryBytes}, "memory", "memory cap, no swap (default 512MiB)")
-	fs.Var(positiveFloat{&l.CPUs}, "cpus", "CPU quota in cores (default 1)")
-	fs.Var(positiveInt{&l.Pids}, "pids", "process and thread cap (default 128)")
-	fs.Var(sizeFlag{&l.DiskBytes}, "disk", "cap on /tmp + /workspace/output + /dev/shm together (default 256MiB)")
-	fs.Var(sizeFlag{&l.OutputBytes}, "stdout-limit", "bytes kept of stdout and of stderr, each (default 1MiB)")
-	fs.Var(&o.allowHosts, "allow-host", `allow egress to a host: "example.com" or "*.example.com" (repeatable)`)
-	fs.Var(&o.envs, "env", "K=V to set inside (repeatable); no host variable enters otherwise")
+	fs.Var(&o.inputs, "input", "`PATH[:NAME]` of a host file to put read-only at /workspace/input/NAME (repeatable)")
+	fs.StringVar(&o.output, "output", "", "host `DIR` that receives the accepted files of /workspace/output")
+	fs.Var(durationFlag{&l.Timeout}, "timeout", "wall-clock limit, `DURATION` such as 30s or 2m (default 30s)")
+	fs.Var(sizeFlag{&l.MemoryBytes}, "memory", "memory cap, no swap, a `SIZE` such as 512MiB (default 512MiB)")
+	fs.Var(positiveFloat{&l.CPUs}, "cpus", "CPU quota in `CORES` (default 1)")
+	fs.Var(positiveInt{&l.Pids}, "pids", "process and thread cap, a `NUMBER` (default 128)")
+	fs.Var(sizeFlag{&l.DiskBytes}, "disk", "cap on /tmp + /workspace/output + /dev/shm together, a `SIZE` (default 256MiB)")
+	fs.Var(sizeFlag{&l.OutputBytes}, "stdout-limit", "bytes kept of stdout and of stderr, each, a `SIZE` (default 1MiB)")
+	fs.Var(&o.allowHosts, "allow-host", "allow egress to a `HOST`: \"example.com\" or \"*.example.com\" (repeatable)")
+	fs.Var(&o.envs, "env", "`K=V` to set inside (repeatable); no host variable enters otherwise")
 	fs.BoolVar(&o.json, "json", false, "print the Result as JSON on stdout")
 	fs.BoolVar(&o.strict, "strict", false, "refuse to run if this host can only give weaker layers")
 	fs.BoolVar(&o.stdin, "stdin", false, "pass this process's stdin to the command (default: empty stdin)")
-	fs.StringVar(&o.lang, "lang", "", "language of --code: python, bash or node")
-	fs.StringVar(&o.code, "code", "", `script file to run with --lang ("-" reads stdin)`)
+	fs.StringVar(&o.lang, "lang", "", "`LANGUAGE` of --code: python, bash or node")
+	fs.StringVar(&o.code, "code", "", "script `FILE` to run with --lang (\"-\" reads stdin)")
 	if err := fs.parse(args); err != nil {
 		return nil, err
 	}
@@ -174,39 +175,34 @@ func parseInputs(specs []string) ([]inputFile, error) {
 }
 
 func runRun(ctx context.Context, env *cliEnv, args []string) int {
-	fail := func(err error) int {
-		fmt.Fprintln(env.stderr, "airlock run:", err)
-		return sandbox.ExitFailed
-	}
-	o, err := parseRun(env, args)
-	if errors.Is(err, flag.ErrHelp) {
+	o, inputs, be, err := prepareRun(env, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case err != nil:
+		env.errorf("airlock run: %s", errText(err))
+		return exitUsage
 	}
-	if err != nil {
-		return fail(err)
-	}
-	inputs, err := parseInputs(o.inputs)
-	if err != nil {
-		return fail(err)
+	defer be.Close()
+	fail := func(err error) int {
+		env.errorf("airlock run: %s", errText(err))
+		return sandbox.ExitFailed
 	}
 	if o.output != "" {
 		if err := os.MkdirAll(o.output, 0o755); err != nil {
 			return fail(fmt.Errorf("--output: %w", err))
 		}
 	}
-	be, err := newBackend(env, o.backend, backendOptions{runtime: o.runtime})
-	if err != nil {
-		return fail(err)
+	var stdout, stderr io.Writer
+	if !o.json {
+		stdout, stderr = env.stdout, env.stderr
 	}
-	defer be.Close()
-	res, err := runOnce(ctx, env, be, o, inputs)
+	res, err := runOnce(ctx, env, be, o, inputs, stdout, stderr)
 	if err != nil {
 		return fail(err)
 	}
 	if o.json {
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
+		if err := writeJSON(env.stdout, res); err != nil {
 			return fail(err)
 		}
 	} else {
@@ -215,9 +211,36 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 	return exitStatus(res)
 }
 
-// runOnce creates a sandbox, runs the command, collects artifacts and
-// destroys the sandbox, whatever happens in between.
-func runOnce(ctx context.Context, env *cliEnv, be sandbox.Backend, o *runOptions, inputs []inputFile) (res sandbox.Result, err error) {
+// prepareRun reads the command line of airlock run: its flags, its
+// inputs and its backend. Every error it returns is a usage error, or
+// flag.ErrHelp after --help.
+func prepareRun(env *cliEnv, args []string) (*runOptions, []inputFile, sandbox.Backend, error) {
+	o, err := parseRun(env, args)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	inputs, err := parseInputs(o.inputs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	be, err := newBackend(env, o.backend, backendOptions{runtime: o.runtime})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return o, inputs, be, nil
+}
+
+// writeJSON writes v as indented JSON, the form of every --json output.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// runOnce creates a sandbox, runs the command with its output streaming
+// to stdout and stderr (when not nil), collects artifacts and destroys the
+// sandbox, whatever happens in between.
+func runOnce(ctx context.Context, env *cliEnv, be sandbox.Backend, o *runOptions, inputs []inputFile, stdout, stderr io.Writer) (res sandbox.Result, err error) {
 	inst, err := be.Create(ctx, sandbox.Spec{Image: o.image, Policy: o.policy})
 	if err != nil {
 		return res, err
@@ -238,12 +261,9 @@ func runOnce(ctx context.Context, env *cliEnv, be sandbox.Backend, o *runOptions
 			return res, err
 		}
 	}
-	req := sandbox.ExecRequest{Cmd: o.cmd}
+	req := sandbox.ExecRequest{Cmd: o.cmd, Stdout: stdout, Stderr: stderr}
 	if o.stdin {
 		req.Stdin = env.stdin
-	}
-	if !o.json {
-		req.Stdout, req.Stderr = env.stdout, env.stderr
 	}
 	res, err = inst.Exec(ctx, req)
 	if err != nil {
@@ -256,7 +276,7 @@ func runOnce(ctx context.Context, env *cliEnv, be sandbox.Backend, o *runOptions
 // reportRun tells, on stderr, what the streamed output cannot show.
 func reportRun(env *cliEnv, o *runOptions, res sandbox.Result) {
 	l := o.policy.Limits
-	say := func(format string, a ...any) { fmt.Fprintf(env.stderr, "airlock: "+format+"\n", a...) }
+	say := func(format string, a ...any) { env.errorf("airlock: "+format, a...) }
 	if res.StdoutTruncated {
 		say("stdout truncated at %s", sandbox.FormatSize(l.OutputBytes))
 	}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// cliRun is one in-process run of the command line.
+type cliRun struct {
+	ctx       context.Context
+	stdin     string
+	buildInfo func() (*debug.BuildInfo, bool)
+	getenv    func(string) string
+}
+
+// run runs args in-process and returns stdout, stderr and the exit status.
+func (c cliRun) run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	var stdout io.Writer = &out
+	env := &cliEnv{stdin: strings.NewReader(c.stdin), stdout: stdout, stderr: &errb, getenv: c.getenv, buildInfo: c.buildInfo}
+	if env.getenv == nil {
+		env.getenv = func(string) string { return "" }
+	}
+	ctx := c.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	code := dispatch(ctx, env, args)
+	return out.String(), errb.String(), code
+}
+
+// TestHelp: every way of asking for help prints the usage on stdout and
+// exits 0; no command at all prints it on stderr and exits 2.
+func TestHelp(t *testing.T) {
+	tests := []struct {
+		args   []string
+		stdout string // what stdout starts with; "" means it stays empty
+		stderr string // what stderr holds; "" means it stays empty
+		code   int
+	}{
+		{[]string{"--help"}, "usage: airlock COMMAND", "", 0},
+		{[]string{"-h"}, "usage: airlock COMMAND", "", 0},
+		{[]string{"help"}, "usage: airlock COMMAND", "", 0},
+		{[]string{"help", "run"}, "usage: airlock run [flags]", "", 0},
+		{[]string{"run", "--help"}, "usage: airlock run [flags]", "", 0},
+		{[]string{"run", "-h"}, "usage: airlock run [flags]", "", 0},
+		{[]string{"run", "--memory", "1GiB", "--help"}, "usage: airlock run [flags]", "", 0},
+		{[]string{"help", "doctor"}, "usage: airlock doctor", "", 0},
+		{[]string{"doctor", "--help"}, "usage: airlock doctor", "", 0},
+		{[]string{"help", "image"}, "usage:\n  airlock image build", "", 0},
+		{[]string{"image", "--help"}, "usage:\n  airlock image build", "", 0},
+		{[]string{"image", "help"}, "usage:\n  airlock image build", "", 0},
+		{[]string{"help", "image", "build"}, "usage: airlock image build NAME", "", 0},
+		{[]string{"image", "build", "--help"}, "usage: airlock image build NAME", "", 0},
+		{[]string{"image", "ls", "-h"}, "usage: airlock image ls", "", 0},
+		{[]string{"help", "version"}, "usage: airlock version", "", 0},
+		{[]string{"version", "--help"}, "usage: airlock version", "", 0},
+		{nil, "", "usage: airlock COMMAND", 2},
+		{[]string{"help", "frobnicate"}, "", `unknown command "frobnicate"`, 2},
+		{[]string{"frobnicate"}, "", `unknown command "frobnicate"`, 2},
+		{[]string{"--frobnicate"}, "", `unknown flag "--frobnicate"`, 2},
+		{[]string{"image"}, "", "usage:\n  airlock image build", 2},
+	}
+	for _, tt := range tests {
+		out, errs, code := cliRun{}.run(t, tt.args...)
+		if code != tt.code || !strings.HasPrefix(out, tt.stdout) || (tt.stdout == "") != (out == "") ||
+			!strings.Contains(errs, tt.stderr) || (tt.stderr == "") != (errs == "") {
+			t.Errorf("airlock %q: exit %d, stdout %.80q, stderr %.80q; want %d, stdout %q, stderr %q",
+				tt.args, code, out, errs, tt.code, tt.stdout, tt.stderr)
+		}
+	}
+	out, _, _ := cliRun{}.run(t, "run", "--help")
+	for _, flag := range []string{"--allow-host HOST", "--timeout DURATION"} {
+		if !strings.Contains(out, "\n  "+flag) {
+			t.Errorf("airlock run --help lacks %q:\n%s", flag, out)
+		}
+	}
+}
+
+// TestVersion: both spellings print the module version and the commit
+// that the build recorded, and say so honestly when it recorded none.
+func TestVersion(t *testing.T) {
+	stamped := func() (*debug.BuildInfo, bool) {
+		return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/airlock-sandbox/airlock", Version: "v1.4.0"},
+			Settings: []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "0123456789abcdef0123456789abcdef01234567"},
+				{Key: "vcs.time", Value: "2026-05-01T12:30:00Z"}, {Key: "vcs.modified", Value: "true"}}}, true
+	}
+	devel := func() (*debug.BuildInfo, bool) {
+		return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/airlock-sandbox/airlock", Version: "(devel)"}}, true
+	}
+	tests := []struct {
+		name string
+		bi   func() (*debug.BuildInfo, bool)
+		want string
+	}{
+		{"stamped", stamped, "airlock v1.4.0, commit 0123456789abcdef0123456789abcdef01234567 (modified), committed 2026-05-01T12:30:00Z, built with go1.26.8\n"},
+		{"from a source tree, no VCS stamp", devel, "airlock (devel), commit unknown, committed unknown, built with go1.26.8\n"},
+		{"no build information", func() (*debug.BuildInfo, bool) { return nil, false }, "airlock (devel), commit unknown, committed unknown, built with unknown\n"},
+		{"this test binary", debug.ReadBuildInfo, ""},
+	}
+	for _, tt := range tests {
+		for _, args := range [][]string{{"version"}, {"--version"}} {
+			out, errs, code := cliRun{buildInfo: tt.bi}.run(t, args...)
+			if code != 0 || errs != "" || tt.want != "" && out != tt.want || !strings.HasPrefix(out, "airlock ") {
+				t.Errorf("%s: airlock %s: %q %q %d, want %q", tt.name, args[0], out, errs, code, tt.want)
+			}
+		}
+	}
+	if _, errs, code := (cliRun{}).run(t, "version", "extra"); code != 2 || !strings.Contains(errs, "takes no arguments") {
+		t.Errorf("version extra: %q %d", errs, code)
+	}
+}
+
+// TestUsageErrors: a wrong command line exits 2 in every subcommand, and
+// its message says the cause once: the flag once, no "invalid argument"
+// after a message that already says what is wrong.
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+		flag string // a name that must appear exactly once, or ""
+	}{
+		{[]string{"run", "--bogus", "--", "true"}, "flag provided but not defined: -bogus", "bogus"},
+		{[]string{"run", "--timeout", "1e300", "--", "true"}, `--timeout: duration "1e300" is too large`, "timeout"},
+		{[]string{"run", "--timeout", "-1e300", "--", "true"}, `--timeout: duration "-1e300" is out of range`, "timeout"},
+		{[]string{"run", "--timeout", "NaN", "--", "true"}, `--timeout: duration "NaN": not a number`, "timeout"},
+		{[]string{"run", "--memory", "99999999999TiB", "--", "true"}, `--memory: size "99999999999TiB" is too large`, "memory"},
+		{[]string{"run", "--pids", "1e99", "--", "true"}, `--pids: "1e99" is too large`, "pids"},
+		{[]string{"run", "--pids", "99999999999999999999", "--", "true"}, `--pids: "99999999999999999999" is too large`, "pids"},
+		{[]string{"run", "--pids", "2.5", "--", "true"}, `--pids: "2.5" is not a whole number`, "pids"},
+		{[]string{"run", "--pids", "0", "--", "true"}, `--pids: "0" must be above zero`, "pids"},
+		{[]string{"run", "--cpus", "1e309", "--", "true"}, `--cpus: "1e309" is too large`, "cpus"},
+		{[]string{"run", "--cpus", "NaN", "--", "true"}, `--cpus: "NaN" is not a number`, "cpus"},
+		{[]string{"run", "--cpus", "-1", "--", "true"}, `--cpus: "-1" must be above zero`, "cpus"},
+		{[]string{"run", "--disk", "0", "--", "true"}, `--disk: size "0" must be above zero`, "disk"},
+		{[]string{"run", "--json=maybe", "--", "true"}, "invalid boolean value", ""},
+		{[]string{"run"}, "nothing to run", ""},
+		{[]string{"run", "--backend", "bogus", "--", "true"}, `unknown backend "bogus"`, ""},
+		{[]string{"run", "--runtime", "runsc", "--", "true"}, "--runtime applies to --backend docker only", "runtime"},
+		{[]string{"doctor", "--bogus"}, "flag provided but not defined", ""},
+		{[]string{"doctor", "extra"}, "takes no arguments", ""},
+		{[]string{"image", "frobnicate"}, "unknown subcommand", ""},
+		{[]string{"image", "build", "--nope", "python"}, "flag provided but not defined", ""},
+		{[]string{"image", "rm"}, "exactly one image NAME", ""},
+		{[]string{"version", "--bogus"}, "flag provided but not defined", ""},
+	}
+	for _, tt := range tests {
+		_, errs, code := cliRun{}.run(t, tt.args...)
+		if code != exitUsage || !strings.Contains(errs, tt.want) {
+			t.Errorf("airlock %q: exit %d, stderr %q; want 2 saying %q", tt.args, code, errs, tt.want)
+		}
+		if strings.Contains(errs, sandbox.ErrInvalid.Error()) {
+			t.Errorf("airlock %q: stderr %q says %q on top of its cause", tt.args, errs, sandbox.ErrInvalid)
+		}
+		if tt.flag != "" && strings.Count(errs, tt.flag) != 1 {
+			t.Errorf("airlock %q: stderr %q names %q %d times, want once", tt.args, errs, tt.flag, strings.Count(errs, tt.flag))
+		}
+	}
+}
+
+// TestErrText: the sentinel's text leaves the end of a message that wraps
+// it, and nothing else does; other errors keep every word.
+func TestErrText(t *testing.T) {
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("memory 4TiB is out of range: %w", sandbox.ErrInvalid), "memory 4TiB is out of range"},
+		{fmt.Errorf("--code: %w: %w", fmt.Errorf("open x: no such file"), sandbox.ErrInvalid), "--code: open x: no such file"},
+		{fmt.Errorf("egress rule 0: %w", fmt.Errorf("port 0: %w", sandbox.ErrInvalid)), "egress rule 0: port 0"},
+		{fmt.Errorf("read x: invalid argument"), "read x: invalid argument"},
+		{fmt.Errorf("image x: %w", sandbox.ErrNotFound), "image x: not found"},
+	}
+	for _, tt := range tests {
+		if got := errText(tt.err); got != tt.want {
+			t.Errorf("errText(%q) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}
