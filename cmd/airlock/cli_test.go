@@ -3,12 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/netip"
+	"reflect"
 	"runtime/debug"
 	"strings"
 	"testing"
 
+	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -78,7 +82,7 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	out, _, _ := cliRun{}.run(t, "run", "--help")
-	for _, flag := range []string{"--allow-host HOST", "--timeout DURATION"} {
+	for _, flag := range []string{"--allow-host HOST[:PORT]", "--allow-cidr CIDR[:PORT]", "--timeout DURATION"} {
 		if !strings.Contains(out, "\n  "+flag) {
 			t.Errorf("airlock run --help lacks %q:\n%s", flag, out)
 		}
@@ -141,6 +145,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--cpus", "NaN", "--", "true"}, `--cpus: "NaN" is not a number`, "cpus"},
 		{[]string{"run", "--cpus", "-1", "--", "true"}, `--cpus: "-1" must be above zero`, "cpus"},
 		{[]string{"run", "--disk", "0", "--", "true"}, `--disk: size "0" must be above zero`, "disk"},
+		{[]string{"run", "--allow-host", "10.0.0.1/8", "--", "true"}, "did you mean 10.0.0.0/8?", "allow-host"},
+		{[]string{"run", "--allow-cidr", "example.com", "--", "true"}, "not an address range", "allow-cidr"},
 		{[]string{"run", "--json=maybe", "--", "true"}, "invalid boolean value", ""},
 		{[]string{"run"}, "nothing to run", ""},
 		{[]string{"run", "--backend", "bogus", "--", "true"}, `unknown backend "bogus"`, ""},
@@ -182,6 +188,97 @@ func TestErrText(t *testing.T) {
 	for _, tt := range tests {
 		if got := errText(tt.err); got != tt.want {
 			t.Errorf("errText(%q) = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestParseAllow: each form of --allow-host and --allow-cidr gives its
+// rule, and everything malformed is refused before a sandbox starts.
+func TestParseAllow(t *testing.T) {
+	tests := []struct {
+		in       string
+		cidrOnly bool
+		want     sandbox.EgressRule // zero: refused
+	}{
+		{"example.com", false, sandbox.EgressRule{Host: "example.com"}},
+		{"*.example.com", false, sandbox.EgressRule{Host: "*.example.com"}},
+		{"example.com:8443", false, sandbox.EgressRule{Host: "example.com", Ports: []int{8443}}},
+		{"*.example.com:8080", false, sandbox.EgressRule{Host: "*.example.com", Ports: []int{8080}}},
+		{"Example.COM.", false, sandbox.EgressRule{Host: "Example.COM."}},
+		{"10.1.2.3", false, sandbox.EgressRule{CIDR: "10.1.2.3/32"}},
+		{"10.1.2.3:11434", false, sandbox.EgressRule{CIDR: "10.1.2.3/32", Ports: []int{11434}}},
+		{"[2001:db8::1]", false, sandbox.EgressRule{CIDR: "2001:db8::1/128"}},
+		{"[2001:db8::1]:8443", false, sandbox.EgressRule{CIDR: "2001:db8::1/128", Ports: []int{8443}}},
+		{"2001:db8::1", false, sandbox.EgressRule{CIDR: "2001:db8::1/128"}},
+		{"10.0.0.0/8", false, sandbox.EgressRule{CIDR: "10.0.0.0/8"}},
+		{"10.0.0.0/8:11434", false, sandbox.EgressRule{CIDR: "10.0.0.0/8", Ports: []int{11434}}},
+		{"fd00::/8", false, sandbox.EgressRule{CIDR: "fd00::/8"}},
+		{"[fd00::/8]:8443", false, sandbox.EgressRule{CIDR: "fd00::/8", Ports: []int{8443}}},
+		{"10.0.0.0/8", true, sandbox.EgressRule{CIDR: "10.0.0.0/8"}},
+		{"10.1.2.3/32:11434", true, sandbox.EgressRule{CIDR: "10.1.2.3/32", Ports: []int{11434}}},
+		{"[fd00::/8]:8443", true, sandbox.EgressRule{CIDR: "fd00::/8", Ports: []int{8443}}},
+		{"example.com", true, sandbox.EgressRule{}},
+		{"10.1.2.3", true, sandbox.EgressRule{}},
+		{"", false, sandbox.EgressRule{}},
+		{":443", false, sandbox.EgressRule{}},
+		{"example.com:", false, sandbox.EgressRule{}},
+		{"example.com:0", false, sandbox.EgressRule{}},
+		{"example.com:65536", false, sandbox.EgressRule{}},
+		{"example.com:+80", false, sandbox.EgressRule{}},
+		{"example.com:080", false, sandbox.EgressRule{}},
+		{"example.com:http", false, sandbox.EgressRule{}},
+		{"example.com:80:81", false, sandbox.EgressRule{}},
+		{"user@example.com", false, sandbox.EgressRule{}},
+		{"exa mple.com", false, sandbox.EgressRule{}},
+		{"*", false, sandbox.EgressRule{}},
+		{"*.10.0.0.1", false, sandbox.EgressRule{}},
+		{"127.1", false, sandbox.EgressRule{}},
+		{"2130706433", false, sandbox.EgressRule{}},
+		{"0x7f.1:80", false, sandbox.EgressRule{}},
+		{"[10.1.2.3]:80", false, sandbox.EgressRule{}},
+		{"[::ffff:10.1.2.3]", false, sandbox.EgressRule{}},
+		{"[2001:db8::1", false, sandbox.EgressRule{}},
+		{"[2001:db8::1]8443", false, sandbox.EgressRule{}},
+		{"[fe80::1%eth0]", false, sandbox.EgressRule{}},
+		{"10.0.0.1/8", false, sandbox.EgressRule{}},
+		{"10.0.0.0/33", false, sandbox.EgressRule{}},
+		{"10.0.0.0/8:0", false, sandbox.EgressRule{}},
+		{"::ffff:10.0.0.0/104", false, sandbox.EgressRule{}},
+	}
+	for _, tt := range tests {
+		got, err := parseAllow(tt.in, tt.cidrOnly)
+		refused := reflect.DeepEqual(tt.want, sandbox.EgressRule{})
+		switch {
+		case refused && err == nil:
+			t.Errorf("parseAllow(%q, %v) = %+v, want it refused", tt.in, tt.cidrOnly, got)
+		case refused && !errors.Is(err, sandbox.ErrInvalid):
+			t.Errorf("parseAllow(%q, %v): %v, want ErrInvalid", tt.in, tt.cidrOnly, err)
+		case !refused && (err != nil || !reflect.DeepEqual(got, tt.want)):
+			t.Errorf("parseAllow(%q, %v) = %+v, %v; want %+v", tt.in, tt.cidrOnly, got, err, tt.want)
+		}
+	}
+}
+
+// TestAllowHintParses: the rule the egress proxy's refusals suggest is
+// one that --allow-host and --allow-cidr read back as that address's own
+// prefix on that port.
+func TestAllowHintParses(t *testing.T) {
+	for _, addr := range []string{"10.1.2.3", "192.168.0.1", "100.64.1.1", "fd00::1", "::ffff:10.1.2.3", "2001:db8::7"} {
+		for _, port := range []int{80, 443, 8443, 11434} {
+			a := netip.MustParseAddr(addr).Unmap()
+			hint := egress.AllowHint(a, port)
+			for _, cidrOnly := range []bool{false, true} {
+				r, err := parseAllow(hint, cidrOnly)
+				if err != nil {
+					t.Errorf("the hint %q for %s:%d: %v", hint, a, port, err)
+					continue
+				}
+				p, err := netip.ParsePrefix(r.CIDR)
+				okPorts := len(r.Ports) == 0 && (port == 80 || port == 443) || reflect.DeepEqual(r.Ports, []int{port})
+				if err != nil || p.Addr() != a || p.Bits() != a.BitLen() || !okPorts {
+					t.Errorf("the hint %q for %s:%d reads back as %+v", hint, a, port, r)
+				}
+			}
 		}
 	}
 }

@@ -27,7 +27,7 @@ failed; 2 the command line is wrong.`
 // runOptions are the parsed flags of airlock run.
 type runOptions struct {
 	backend, runtime, image, output, lang, code string
-	inputs, envs, allowHosts                    listFlag
+	inputs, envs                                listFlag
 	json, strict, stdin                         bool
 	policy                                      sandbox.Policy
 	cmd                                         []string
@@ -62,7 +62,8 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 	fs.Var(positiveInt{&l.Pids}, "pids", "process and thread cap, a `NUMBER` (default 128)")
 	fs.Var(sizeFlag{&l.DiskBytes}, "disk", "cap on /tmp + /workspace/output + /dev/shm together, a `SIZE` (default 256MiB)")
 	fs.Var(sizeFlag{&l.OutputBytes}, "stdout-limit", "bytes kept of stdout and of stderr, each, a `SIZE` (default 1MiB)")
-	fs.Var(&o.allowHosts, "allow-host", "allow egress to a `HOST`: \"example.com\" or \"*.example.com\" (repeatable)")
+	fs.Var(allowFlag{rules: &o.policy.Network.Allow}, "allow-host", "allow egress to `HOST[:PORT]`: example.com, *.example.com, example.com:8443,\nan address (10.1.2.3, [fd00::1]:8443) or a range (10.0.0.0/8:11434); repeatable")
+	fs.Var(allowFlag{rules: &o.policy.Network.Allow, cidrOnly: true}, "allow-cidr", "allow egress to an address range, `CIDR[:PORT]`: 10.0.0.0/8, 10.1.2.3/32:11434, fd00::/8,\n[fd00::/8]:8443; repeatable")
 	fs.Var(&o.envs, "env", "`K=V` to set inside (repeatable); no host variable enters otherwise")
 	fs.BoolVar(&o.json, "json", false, "print the Result as JSON on stdout")
 	fs.BoolVar(&o.strict, "strict", false, "refuse to run if this host can only give weaker layers")
@@ -82,9 +83,6 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 			o.policy.Env = map[string]string{}
 		}
 		o.policy.Env[k] = v
-	}
-	for _, h := range o.allowHosts {
-		o.policy.Network.Allow = append(o.policy.Network.Allow, sandbox.EgressRule{Host: h})
 	}
 	var err error
 	if o.cmd, err = o.command(env, fs.Args()); err != nil {
