@@ -82,7 +82,7 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	out, _, _ := cliRun{}.run(t, "run", "--help")
-	for _, flag := range []string{"--allow-host HOST[:PORT]", "--allow-cidr CIDR[:PORT]", "--timeout DURATION"} {
+	for _, flag := range []string{"--allow-host HOST[:PORT]", "--allow-cidr CIDR[:PORT]", "--overwrite", "--allow-hidden", "--timeout DURATION"} {
 		if !strings.Contains(out, "\n  "+flag) {
 			t.Errorf("airlock run --help lacks %q:\n%s", flag, out)
 		}

@@ -114,6 +114,7 @@ func TestRunBadInput(t *testing.T) {
 		{[]string{"run", "--lang", "python"}, 2, "needs --code"},
 		{[]string{"run", "--lang", "python", "--code", filepath.Join(dir, "missing.py")}, 2, "no such file"},
 		{[]string{"run", "--lang", "python", "--code", file, "--", "true"}, 2, "not both"},
+		{[]string{"run", "--overwrite", "--", "true"}, 2, "--overwrite applies to --output"},
 		{[]string{"run"}, 2, "nothing to run"},
 		{[]string{"run", "--image", filepath.Join(dir, "no-such-image"), "--", "true"}, 125, "no such file"},
 		{[]string{"run", "--image", "no-such-image", "--", "true"}, 125, "not built"},

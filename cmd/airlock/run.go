@@ -28,7 +28,7 @@ failed; 2 the command line is wrong.`
 type runOptions struct {
 	backend, runtime, image, output, lang, code string
 	inputs, envs                                listFlag
-	json, strict, stdin                         bool
+	json, strict, stdin, overwrite              bool
 	policy                                      sandbox.Policy
 	cmd                                         []string
 }
@@ -56,6 +56,8 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 	fs.StringVar(&o.image, "image", "host", `image: "host", a built image name, or a rootfs folder`)
 	fs.Var(&o.inputs, "input", "`PATH[:NAME]` of a host file to put read-only at /workspace/input/NAME (repeatable)")
 	fs.StringVar(&o.output, "output", "", "host `DIR` that receives the accepted files of /workspace/output")
+	fs.BoolVar(&o.overwrite, "overwrite", false, "let an artifact replace a file of its name in --output (default: keep the file, reject the artifact)")
+	fs.BoolVar(&o.policy.Artifacts.AllowHidden, "allow-hidden", false, "let out files and folders whose name starts with a dot (default: rejected)")
 	fs.Var(durationFlag{&l.Timeout}, "timeout", "wall-clock limit, `DURATION` such as 30s or 2m (default 30s)")
 	fs.Var(sizeFlag{&l.MemoryBytes}, "memory", "memory cap, no swap, a `SIZE` such as 512MiB (default 512MiB)")
 	fs.Var(positiveFloat{&l.CPUs}, "cpus", "CPU quota in `CORES` (default 1)")
@@ -83,6 +85,9 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 			o.policy.Env = map[string]string{}
 		}
 		o.policy.Env[k] = v
+	}
+	if o.overwrite && o.output == "" {
+		return nil, fmt.Errorf("--overwrite applies to --output DIR, which is not given: %w", sandbox.ErrInvalid)
 	}
 	var err error
 	if o.cmd, err = o.command(env, fs.Args()); err != nil {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -23,6 +25,56 @@ func runJSON(t *testing.T, args ...string) sandbox.Result {
 		t.Fatalf("airlock run --json %q: exit %d, %v\nstdout %s\nstderr %s", args, code, err, out, errs)
 	}
 	return res
+}
+
+// verdict returns the artifact at path.
+func verdict(t *testing.T, res sandbox.Result, path string) sandbox.Artifact {
+	t.Helper()
+	for _, a := range res.Artifacts {
+		if a.Path == path {
+			return a
+		}
+	}
+	t.Fatalf("no artifact %s in %+v", path, res.Artifacts)
+	return sandbox.Artifact{}
+}
+
+// TestRunOutputKeepsFiles: --output never replaces a file it holds unless
+// --overwrite; hidden files stay in unless --allow-hidden.
+func TestRunOutputKeepsFiles(t *testing.T) {
+	needRoot(t)
+	dst := t.TempDir()
+	write := func(s string) []string {
+		return []string{"--", "sh", "-c", "echo " + s + " > /workspace/output/report.csv; echo " + s + " > /workspace/output/.env.txt"}
+	}
+	read := func(name string) string {
+		b, _ := os.ReadFile(filepath.Join(dst, name))
+		return string(b)
+	}
+
+	res := runJSON(t, append([]string{"--output", dst}, write("first")...)...)
+	if a := verdict(t, res, "report.csv"); a.Verdict != sandbox.VerdictAccepted || read("report.csv") != "first\n" {
+		t.Errorf("first run: %+v, file %q", a, read("report.csv"))
+	}
+	if a := verdict(t, res, ".env.txt"); a.Verdict != sandbox.VerdictRejected || !strings.Contains(a.Reason, "--allow-hidden") {
+		t.Errorf("a hidden file: %+v, want rejected pointing at --allow-hidden", a)
+	}
+	if _, err := os.Lstat(filepath.Join(dst, ".env.txt")); !os.IsNotExist(err) {
+		t.Errorf("the hidden file reached the host: %v", err)
+	}
+
+	res = runJSON(t, append([]string{"--output", dst}, write("second")...)...)
+	if a := verdict(t, res, "report.csv"); a.Verdict != sandbox.VerdictRejected || !strings.Contains(a.Reason, "--overwrite") || read("report.csv") != "first\n" {
+		t.Errorf("second run without --overwrite: %+v, file %q; want rejected, the first file kept", a, read("report.csv"))
+	}
+
+	res = runJSON(t, append([]string{"--output", dst, "--overwrite", "--allow-hidden"}, write("third")...)...)
+	if a := verdict(t, res, "report.csv"); a.Verdict != sandbox.VerdictAccepted || read("report.csv") != "third\n" {
+		t.Errorf("third run with --overwrite: %+v, file %q", a, read("report.csv"))
+	}
+	if a := verdict(t, res, ".env.txt"); a.Verdict != sandbox.VerdictAccepted || read(".env.txt") != "third\n" {
+		t.Errorf("--allow-hidden: %+v, file %q", a, read(".env.txt"))
+	}
 }
 
 // TestRunPrivateAddressHint: a host rule whose name resolves to a loopback
