@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 type cliRun struct {
 	ctx       context.Context
 	stdin     string
+	terminal  bool // stdout and stderr are terminals
 	buildInfo func() (*debug.BuildInfo, bool)
 	getenv    func(string) string
 }
@@ -32,6 +34,9 @@ func (c cliRun) run(t *testing.T, args ...string) (string, string, int) {
 	env := &cliEnv{stdin: strings.NewReader(c.stdin), stdout: stdout, stderr: &errb, getenv: c.getenv, buildInfo: c.buildInfo}
 	if env.getenv == nil {
 		env.getenv = func(string) string { return "" }
+	}
+	if c.terminal {
+		env.isTerminal = func(w io.Writer) bool { return w == stdout || w == io.Writer(&errb) }
 	}
 	ctx := c.ctx
 	if ctx == nil {
@@ -82,7 +87,7 @@ func TestHelp(t *testing.T) {
 		}
 	}
 	out, _, _ := cliRun{}.run(t, "run", "--help")
-	for _, flag := range []string{"--allow-host HOST[:PORT]", "--allow-cidr CIDR[:PORT]", "--overwrite", "--allow-hidden", "--timeout DURATION"} {
+	for _, flag := range []string{"--allow-host HOST[:PORT]", "--allow-cidr CIDR[:PORT]", "--overwrite", "--allow-hidden", "--raw", "--timeout DURATION"} {
 		if !strings.Contains(out, "\n  "+flag) {
 			t.Errorf("airlock run --help lacks %q:\n%s", flag, out)
 		}
@@ -280,5 +285,32 @@ func TestAllowHintParses(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestWriteJSONEscapesControls: every control character in a string of
+// the JSON output is an escape, ESC as \u001b, and the output still reads
+// back as the same value.
+func TestWriteJSONEscapesControls(t *testing.T) {
+	hostile := "\x1b]52;c;eA==\a\x1b[2J\x1b[8mhidden\r\b\x00\x7f\u009b31m\u0085é🙂"
+	res := sandbox.Result{Stdout: hostile, Stderr: hostile, Artifacts: []sandbox.Artifact{{Path: "a.csv", Reason: hostile}}}
+	var b bytes.Buffer
+	if err := writeJSON(&b, res); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{`\u001b]52;c;eA==\u0007`, `\u001b[2J`, `\r\b\u0000\u007f\u009b31m\u0085é🙂`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("JSON output lacks %s:\n%s", want, out)
+		}
+	}
+	for _, r := range out {
+		if r < 0x20 && r != '\n' || r >= 0x7f && r <= 0x9f {
+			t.Errorf("JSON output holds the raw control %U", r)
+		}
+	}
+	var back sandbox.Result
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil || back.Stdout != hostile || back.Artifacts[0].Reason != hostile {
+		t.Errorf("the JSON does not read back: %v %q", err, back.Stdout)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 )
 
 // Exit statuses of airlock itself; the rest are in package sandbox.
@@ -33,13 +35,33 @@ type cliEnv struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// isTerminal reports whether a writer (stdout or stderr) is a
+	// terminal; nil means none is.
+	isTerminal func(io.Writer) bool
 	// buildInfo is debug.ReadBuildInfo; nil means there is none.
 	buildInfo func() (*debug.BuildInfo, bool)
+	// term is the terminal that a command's output is shown on, when
+	// stderr is one and a command's output streams to it; errorf starts
+	// airlock's lines afresh there.
+	term *termsafe.Terminal
 }
 
-// errorf prints one of airlock's own lines on stderr.
+// terminal reports whether w is a terminal.
+func (e *cliEnv) terminal(w io.Writer) bool {
+	return e.isTerminal != nil && e.isTerminal(w)
+}
+
+// errorf prints one of airlock's own lines on stderr. When a command's
+// output went to the same terminal, the line starts afresh (see
+// termsafe.Terminal.Say), so that the output can neither run into it nor
+// hide it.
 func (e *cliEnv) errorf(format string, a ...any) {
-	fmt.Fprintf(e.stderr, format+"\n", a...)
+	line := fmt.Sprintf(format, a...)
+	if e.term != nil {
+		e.term.Say(e.stderr, line)
+		return
+	}
+	fmt.Fprintln(e.stderr, line)
 }
 
 var commands = map[string]command{}
@@ -49,7 +71,7 @@ func register(name string, c command) { commands[name] = c }
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
-		buildInfo: debug.ReadBuildInfo}
+		isTerminal: isTerminal, buildInfo: debug.ReadBuildInfo}
 	code := dispatch(ctx, env, os.Args[1:])
 	stop()
 	os.Exit(code)

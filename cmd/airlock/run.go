@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -22,13 +23,17 @@ const runUsage = `run [flags] -- COMMAND [ARG...]
        airlock run [flags] --lang python|bash|node --code FILE   (FILE "-" reads stdin)
 
 Exit status: the command's own; 124 timed out; 137 killed for memory; 125 airlock
-failed; 2 the command line is wrong.`
+failed; 2 the command line is wrong.
+
+On a terminal the command's control characters and escape sequences are shown as
+caret text (ESC as ^[, a lone carriage return as ^M), plain colours excepted;
+--raw passes them through.`
 
 // runOptions are the parsed flags of airlock run.
 type runOptions struct {
 	backend, runtime, image, output, lang, code string
 	inputs, envs                                listFlag
-	json, strict, stdin, overwrite              bool
+	json, strict, stdin, raw, overwrite         bool
 	policy                                      sandbox.Policy
 	cmd                                         []string
 }
@@ -70,6 +75,7 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 	fs.BoolVar(&o.json, "json", false, "print the Result as JSON on stdout")
 	fs.BoolVar(&o.strict, "strict", false, "refuse to run if this host can only give weaker layers")
 	fs.BoolVar(&o.stdin, "stdin", false, "pass this process's stdin to the command (default: empty stdin)")
+	fs.BoolVar(&o.raw, "raw", false, "on a terminal, pass the command's escape sequences through unchanged")
 	fs.StringVar(&o.lang, "lang", "", "`LANGUAGE` of --code: python, bash or node")
 	fs.StringVar(&o.code, "code", "", "script `FILE` to run with --lang (\"-\" reads stdin)")
 	if err := fs.parse(args); err != nil {
@@ -197,10 +203,14 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		}
 	}
 	var stdout, stderr io.Writer
+	var term *termsafe.Terminal
 	if !o.json {
-		stdout, stderr = env.stdout, env.stderr
+		stdout, stderr, term = commandStreams(env, o.raw)
 	}
 	res, err := runOnce(ctx, env, be, o, inputs, stdout, stderr)
+	if term != nil {
+		term.Flush()
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -233,11 +243,48 @@ func prepareRun(env *cliEnv, args []string) (*runOptions, []inputFile, sandbox.B
 	return o, inputs, be, nil
 }
 
-// writeJSON writes v as indented JSON, the form of every --json output.
+// commandStreams returns where the command's stdout and stderr stream:
+// airlock's own, each through a termsafe filter when it is a terminal
+// (only tracked, not filtered, with raw). The Terminal is nil when neither
+// is one. When stderr is one, airlock's own lines start afresh after the
+// command's output (env.errorf).
+func commandStreams(env *cliEnv, raw bool) (stdout, stderr io.Writer, term *termsafe.Terminal) {
+	stdout, stderr = env.stdout, env.stderr
+	outTTY, errTTY := env.terminal(env.stdout), env.terminal(env.stderr)
+	if !outTTY && !errTTY {
+		return stdout, stderr, nil
+	}
+	term = new(termsafe.Terminal)
+	if outTTY {
+		stdout = term.Writer(env.stdout, raw)
+	}
+	if errTTY {
+		stderr = term.Writer(env.stderr, raw)
+		env.term = term
+	}
+	return stdout, stderr, term
+}
+
+// writeJSON writes v as indented JSON. encoding/json escapes the C0
+// controls in strings (ESC as \u001b); writeJSON also escapes DEL and the
+// C1 controls U+0080 to U+009F, which it leaves as they are, so that no
+// string in the output can act on a terminal.
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	var out strings.Builder
+	for _, r := range string(b) {
+		if r == 0x7f || r >= 0x80 && r <= 0x9f {
+			fmt.Fprintf(&out, `\u%04x`, r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	out.WriteByte('\n')
+	_, err = io.WriteString(w, out.String())
+	return err
 }
 
 // runOnce creates a sandbox, runs the command with its output streaming

@@ -15,6 +15,40 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
+// hostileOutput prints on stdout a window title, a colour, a screen
+// clear and a lone carriage return, and on stderr concealed text, without
+// ending either line; then it leaves a hidden file, whose rejection airlock
+// reports on stderr.
+const hostileOutput = `printf '\033]0;pwned\007\033[31mred\033[2J50%%\r'
+printf 'err\033[8mhidden' >&2
+echo x > /workspace/output/.secret.txt`
+
+// TestRunTerminalOutput: on a terminal the command's control sequences
+// are shown as text, its colours pass, and airlock's own line starts on a
+// line of its own after a reset; --raw passes the bytes through but still
+// starts airlock's line afresh; off a terminal nothing is changed.
+func TestRunTerminalOutput(t *testing.T) {
+	needRoot(t)
+	const report = "airlock: artifact .secret.txt: rejected (hidden name"
+	tests := []struct {
+		name           string
+		terminal       bool
+		args           []string
+		stdout, stderr string
+	}{
+		{"terminal", true, nil, "^[]0;pwned^G\x1b[31mred^[[2J50%^M", "err^[[8mhidden\x1b[0m\n" + report},
+		{"terminal, raw", true, []string{"--raw"}, "\x1b]0;pwned\a\x1b[31mred\x1b[2J50%\r", "err\x1b[8mhidden\x1b[0m\n" + report},
+		{"not a terminal", false, nil, "\x1b]0;pwned\a\x1b[31mred\x1b[2J50%\r", "err\x1b[8mhidden" + report},
+	}
+	for _, tt := range tests {
+		args := append(append([]string{"run"}, tt.args...), "--", "sh", "-c", hostileOutput)
+		out, errs, code := cliRun{terminal: tt.terminal}.run(t, args...)
+		if code != 0 || out != tt.stdout || !strings.HasPrefix(errs, tt.stderr) || !strings.HasSuffix(errs, ")\n") {
+			t.Errorf("%s: exit %d\nstdout %q\nwant   %q\nstderr %q\nwant   %q…", tt.name, code, out, tt.stdout, errs, tt.stderr)
+		}
+	}
+}
+
 // runJSON runs airlock run --json in-process and reads the Result; the
 // exit status must be the command's own.
 func runJSON(t *testing.T, args ...string) sandbox.Result {
