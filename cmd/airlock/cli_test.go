@@ -24,6 +24,20 @@ type cliRun struct {
 	terminal  bool // stdout and stderr are terminals
 	buildInfo func() (*debug.BuildInfo, bool)
 	getenv    func(string) string
+	// onStdout, when set, sees every write to stdout.
+	onStdout func([]byte)
+}
+
+// hookWriter calls a function on every write.
+type hookWriter struct {
+	w    io.Writer
+	hook func([]byte)
+}
+
+// Write implements io.Writer.
+func (h *hookWriter) Write(p []byte) (int, error) {
+	h.hook(p)
+	return h.w.Write(p)
 }
 
 // run runs args in-process and returns stdout, stderr and the exit status.
@@ -31,6 +45,9 @@ func (c cliRun) run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	var stdout io.Writer = &out
+	if c.onStdout != nil {
+		stdout = &hookWriter{&out, c.onStdout}
+	}
 	env := &cliEnv{stdin: strings.NewReader(c.stdin), stdout: stdout, stderr: &errb, getenv: c.getenv, buildInfo: c.buildInfo}
 	if env.getenv == nil {
 		env.getenv = func(string) string { return "" }

@@ -126,9 +126,9 @@ func imageBuild(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	img, err := store.Build(ctx, name, def, opts)
 	if err != nil {
-		if ctx.Err() != nil {
+		if code, ok := interruption(ctx); ok {
 			env.errorf("airlock image build: interrupted; no image was stored")
-			return sandbox.ExitFailed
+			return code
 		}
 		return imageFailure(env, "build", err)
 	}

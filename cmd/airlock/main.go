@@ -21,6 +21,9 @@ const (
 	// exitUsage means the command line is wrong: a bad flag or value, a
 	// missing command, an unknown subcommand.
 	exitUsage = 2
+	// exitSignal plus a signal's number is the status after that signal
+	// interrupted airlock: 130 for SIGINT (Ctrl-C), 143 for SIGTERM.
+	exitSignal = 128
 )
 
 // command is one subcommand: it parses args and returns the exit status.
@@ -68,12 +71,38 @@ var commands = map[string]command{}
 
 func register(name string, c command) { commands[name] = c }
 
+// interrupted is the cause of the context's end when a signal came.
+type interrupted struct{ sig syscall.Signal }
+
+// Error implements error.
+func (i interrupted) Error() string { return "interrupted (" + i.sig.String() + ")" }
+
+// interruption returns the exit status for a context that a signal ended
+// (exitSignal plus the signal's number), or false when none did.
+func interruption(ctx context.Context) (int, bool) {
+	if i, ok := context.Cause(ctx).(interrupted); ok {
+		return exitSignal + int(i.sig), true
+	}
+	return 0, false
+}
+
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	// SIGINT and SIGTERM end the context, with the signal as its cause;
+	// the command then cleans up (a sandbox is destroyed) and exits with
+	// 128 plus the signal's number. Signals stay caught until the exit,
+	// so that a second Ctrl-C cannot cut the cleanup short (SIGKILL can;
+	// the next start removes what a killed airlock left).
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		for s := range sigs {
+			cancel(interrupted{s.(syscall.Signal)})
+		}
+	}()
 	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
 		isTerminal: isTerminal, buildInfo: debug.ReadBuildInfo}
 	code := dispatch(ctx, env, os.Args[1:])
-	stop()
 	os.Exit(code)
 }
 

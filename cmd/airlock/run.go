@@ -23,7 +23,8 @@ const runUsage = `run [flags] -- COMMAND [ARG...]
        airlock run [flags] --lang python|bash|node --code FILE   (FILE "-" reads stdin)
 
 Exit status: the command's own; 124 timed out; 137 killed for memory; 125 airlock
-failed; 2 the command line is wrong.
+failed; 2 the command line is wrong; 130 and 143 interrupted by SIGINT (Ctrl-C) and
+SIGTERM, after the sandbox was destroyed.
 
 On a terminal the command's control characters and escape sequences are shown as
 caret text (ESC as ^[, a lone carriage return as ^M), plain colours excepted;
@@ -211,6 +212,13 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 	if term != nil {
 		term.Flush()
 	}
+	if code, ok := interruption(ctx); ok {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			env.errorf("airlock run: %s", errText(err))
+		}
+		env.errorf("airlock: interrupted")
+		return code
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -289,7 +297,7 @@ func writeJSON(w io.Writer, v any) error {
 
 // runOnce creates a sandbox, runs the command with its output streaming
 // to stdout and stderr (when not nil), collects artifacts and destroys the
-// sandbox, whatever happens in between.
+// sandbox, whatever happens in between: an error, or ctx ending (Ctrl-C).
 func runOnce(ctx context.Context, env *cliEnv, be sandbox.Backend, o *runOptions, inputs []inputFile, stdout, stderr io.Writer) (res sandbox.Result, err error) {
 	inst, err := be.Create(ctx, sandbox.Spec{Image: o.image, Policy: o.policy})
 	if err != nil {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,7 +12,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -45,6 +50,90 @@ func TestRunTerminalOutput(t *testing.T) {
 		out, errs, code := cliRun{terminal: tt.terminal}.run(t, args...)
 		if code != 0 || out != tt.stdout || !strings.HasPrefix(errs, tt.stderr) || !strings.HasSuffix(errs, ")\n") {
 			t.Errorf("%s: exit %d\nstdout %q\nwant   %q\nstderr %q\nwant   %q…", tt.name, code, out, tt.stdout, errs, tt.stderr)
+		}
+	}
+}
+
+// sandboxTraces lists the cgroup folders of sandboxes that the process
+// pid owns (they are named PID-STARTTIME-ID); Destroy removes them, and
+// only the next start cleans up after an airlock that died without it.
+func sandboxTraces(t *testing.T, pid int) []string {
+	t.Helper()
+	var out []string
+	for _, pattern := range []string{"/sys/fs/cgroup/*/airlock/%d-*", "/sys/fs/cgroup/airlock/%d-*"} {
+		m, err := filepath.Glob(fmt.Sprintf(pattern, pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m...)
+	}
+	return out
+}
+
+// TestRunInterrupt: when the context ends by a signal while the command
+// runs, airlock run destroys the sandbox, says it was interrupted, and
+// exits with 128 plus the signal's number.
+func TestRunInterrupt(t *testing.T) {
+	needRoot(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		var once sync.Once
+		c := cliRun{ctx: ctx, onStdout: func(p []byte) {
+			if strings.Contains(string(p), "ready") {
+				once.Do(func() { cancel(interrupted{sig}) })
+			}
+		}}
+		start := time.Now()
+		out, errs, code := c.run(t, "run", "--timeout", "60s", "--", "sh", "-c", "echo ready; sleep 60")
+		if want := 128 + int(sig); code != want || out != "ready\n" || !strings.HasSuffix(errs, "airlock: interrupted\n") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %d and airlock: interrupted", sig, code, out, errs, want)
+		}
+		if strings.Contains(errs, "context canceled") {
+			t.Errorf("%v: stderr %q reports the cancelled context as a failure", sig, errs)
+		}
+		if d := time.Since(start); d > 20*time.Second {
+			t.Errorf("%v: took %v", sig, d)
+		}
+		if left := sandboxTraces(t, os.Getpid()); len(left) > 0 {
+			t.Errorf("%v: the sandbox was not destroyed: %v", sig, left)
+		}
+		cancel(nil)
+	}
+}
+
+// TestRunSignals sends real signals to an airlock run process: it
+// destroys its sandbox before it exits with 130 or 143, which the cgroup
+// folders named after it show.
+func TestRunSignals(t *testing.T) {
+	needRoot(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		cmd := exec.Command(os.Args[0], "run", "--timeout", "60s", "--", "sh", "-c", "echo ready; sleep 60")
+		cmd.Env = append(os.Environ(), "AIRLOCK_TEST_AS_CLI=1")
+		var errb strings.Builder
+		cmd.Stderr = &errb
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err != nil || line != "ready\n" {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("%v: first line %q, %v; stderr %q", sig, line, err, errb.String())
+		}
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		err = cmd.Wait()
+		code := cmd.ProcessState.ExitCode()
+		if want := 128 + int(sig); code != want || !strings.HasSuffix(errb.String(), "airlock: interrupted\n") {
+			t.Errorf("%v: exit %d (%v), stderr %q; want %d and airlock: interrupted", sig, code, err, errb.String(), want)
+		}
+		if left := sandboxTraces(t, cmd.Process.Pid); len(left) > 0 {
+			t.Errorf("%v: airlock exited without destroying its sandbox: %v", sig, left)
 		}
 	}
 }
