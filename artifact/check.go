@@ -116,7 +116,7 @@ func (c *checker) check(ctx context.Context, name string, src io.Reader, size, l
 // precheck refuses a file on its name, extension or claimed size, before
 // anything is read.
 func (c *checker) precheck(name string, size, limit int64) string {
-	if why := checkPath(name, c.p.MaxDepth, c.p.MaxPathLen); why != "" {
+	if why := c.checkRel(name); why != "" {
 		return why
 	}
 	if why := c.checkExt(name); why != "" {
@@ -126,6 +126,15 @@ func (c *checker) precheck(name string, size, limit int64) string {
 		return fmt.Sprintf("file is %d bytes, over the cap of %d", size, limit)
 	}
 	return ""
+}
+
+// checkRel refuses a relative path on its form: checkPath under the
+// policy's caps, then checkHidden.
+func (c *checker) checkRel(rel string) string {
+	if why := checkPath(rel, c.p.MaxDepth, c.p.MaxPathLen); why != "" {
+		return why
+	}
+	return c.checkHidden(rel)
 }
 
 // checkExt refuses an extension that is not on the allowlist.
@@ -177,6 +186,14 @@ func (c *checker) content(name string, src io.Reader, sk sink, nest *nesting) (o
 	o := outcome{mime: d.mime, reject: d.reject}
 	if d.note != "" {
 		o.notes = append(o.notes, d.note)
+	}
+	if isManifest(name) && d.rule != ruleReject {
+		if d.rule != ruleText {
+			o.reject = "package.json does not hold JSON text"
+			return o, nil
+		}
+		o.reject, err = checkManifest(&textGuard{r: br}, sk.w)
+		return o, err
 	}
 	switch d.rule {
 	case ruleReject:

@@ -13,30 +13,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Collect walks the folder src (an open directory, typically a sandbox's
-// /workspace/output, possibly still being written) and gives every entry a
-// verdict. Accepted and sanitized files are written beneath dst, which is
-// created if missing; dst == "" decides only and writes nothing. Rejected
-// files never reach dst under their name: a file is written unnamed
-// (O_TMPFILE; on file systems without it, under a hidden temporary name
-// that is removed) and renamed into place only once accepted. A file of the
-// same name in dst is replaced; a symbolic link in dst is never followed.
+// CollectTo walks the folder src (an open directory, typically a
+// sandbox's /workspace/output, possibly still being written) and gives
+// every entry a verdict. Accepted and sanitized files are written beneath
+// dst.Dir, which is created if missing; an empty dst.Dir decides only and
+// writes nothing. Rejected files never reach dst.Dir under their name: a
+// file is written unnamed (O_TMPFILE; on file systems without it, under a
+// hidden temporary name that is removed) and linked into place only once
+// accepted. An entry of the same name in dst.Dir is kept and the artifact
+// rejected, unless dst.Overwrite is set; a symbolic link in dst.Dir is
+// never followed.
 //
 // Entries are opened relative to src with openat2, never by path strings,
 // and no link is followed (see the package doc for all rules). Folders are
 // not reported unless refused. The result is sorted by path.
 //
-// Collect returns an error only for failures on the host side (dst cannot
-// be created or written, descriptors run out) or when ctx ends; a hostile
-// tree yields verdicts.
-func Collect(ctx context.Context, src *os.File, dst string, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
+// CollectTo returns an error only for failures on the host side (dst.Dir
+// cannot be created or written, descriptors run out) or when ctx ends; a
+// hostile tree yields verdicts.
+func CollectTo(ctx context.Context, src *os.File, dst Destination, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
 	w := &walker{c: newChecker(Normalize(p))}
 	root, err := openRoot(src)
 	if err != nil {
 		return nil, err
 	}
-	if dst != "" {
-		if w.dst, err = openDest(dst); err != nil {
+	if dst.Dir != "" {
+		if w.dst, err = openDest(dst.Dir, dst.Overwrite); err != nil {
 			unix.Close(root)
 			return nil, err
 		}
@@ -160,6 +162,10 @@ func (w *walker) visit(ctx context.Context, dirfd int, rel, name string, depth i
 		w.refuse(rel, 0, why)
 		return nil
 	}
+	if why := w.c.checkHidden(name); why != "" {
+		w.refuse(rel, 0, why)
+		return nil
+	}
 	if len(rel) > w.c.p.MaxPathLen {
 		w.refuse(rel, 0, fmt.Sprintf("path is %d bytes long, over the cap of %d", len(rel), w.c.p.MaxPathLen))
 		return nil
@@ -242,7 +248,12 @@ func (w *walker) decide(ctx context.Context, rel string, in io.Reader, size, lim
 		s.abort()
 		return a, err
 	}
-	return a, s.commit()
+	why, err := s.commit()
+	if why != "" {
+		a.Size, a.ServeHint = size, ""
+		a = reject(a, why)
+	}
+	return a, err
 }
 
 // countReader counts the bytes read through it.

@@ -154,7 +154,7 @@ func TestCollectPlantedLinksInDestination(t *testing.T) {
 	write(filepath.Join(src, "a.csv"), "a,1\n")
 	write(filepath.Join(src, "sub", "b.csv"), "b,2\n")
 	write(filepath.Join(outside, "a.csv"), "host file\n")
-	// A link where a file goes is replaced, not followed.
+	// With Overwrite, a link where a file goes is replaced, not followed.
 	if err := os.Symlink(filepath.Join(outside, "a.csv"), filepath.Join(dst, "a.csv")); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestCollectPlantedLinksInDestination(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(dst, "sub")); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Collect(t.Context(), openDir(t, src), dst, Normalize(sandbox.ArtifactPolicy{}))
+	_, err := CollectTo(t.Context(), openDir(t, src), Destination{Dir: dst, Overwrite: true}, Normalize(sandbox.ArtifactPolicy{}))
 	if err == nil || !strings.Contains(err.Error(), "sub") {
 		t.Fatalf("Collect = %v, want an error about the linked folder", err)
 	}
@@ -240,9 +240,9 @@ func TestCheckFile(t *testing.T) {
 }
 
 func TestDestNamedFallback(t *testing.T) {
-	dir := t.TempDir()
 	for _, named := range []bool{false, true} {
-		d, err := openDest(dir)
+		dir := t.TempDir()
+		d, err := openDest(dir, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -258,8 +258,8 @@ func TestDestNamedFallback(t *testing.T) {
 		}
 		drop.f.WriteString("dropped\n")
 		drop.abort()
-		if err := keep.commit(); err != nil {
-			t.Fatal(err)
+		if why, err := keep.commit(); why != "" || err != nil {
+			t.Fatal(why, err)
 		}
 		d.close()
 		entries, _ := os.ReadDir(filepath.Join(dir, "sub"))

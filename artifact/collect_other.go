@@ -10,9 +10,9 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
-// Collect needs openat2, which only Linux has; elsewhere it fails with
+// CollectTo needs openat2, which only Linux has; elsewhere it fails with
 // sandbox.ErrUnsupported. Check works on every system.
-func Collect(ctx context.Context, src *os.File, dst string, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
+func CollectTo(ctx context.Context, src *os.File, dst Destination, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
 	return nil, fmt.Errorf("artifact collection needs openat2 (Linux): %w", sandbox.ErrUnsupported)
 }
 

@@ -12,7 +12,8 @@
 //
 //   - Names: every path component must be valid UTF-8 without control or
 //     bidirectional formatting characters, backslashes, "." or "..", and the
-//     path must respect the depth and length caps.
+//     path must respect the depth and length caps. Hidden names (starting
+//     with a dot) are refused unless the policy's AllowHidden is set.
 //   - Kinds of entries: only regular files with a single link are read;
 //     symbolic links, hard links, FIFOs, sockets, devices and mount points
 //     are rejected after an O_PATH open, without being opened for reading.
@@ -24,7 +25,12 @@
 //   - Content: CSV and TSV cells that a spreadsheet would run as formulas are
 //     neutralised; scripts and remote references are removed from HTML, SVG,
 //     XML and Markdown; zip archives and Office Open XML files are scanned
-//     for macros, ActiveX, external links, DDE, escaping names and bombs.
+//     for macros, ActiveX, external links, DDE, escaping names and bombs;
+//     a package.json with install scripts (preinstall, postinstall,
+//     prepare…) is refused, since npm would run them on the host.
+//   - Destination: a file never replaces an entry of the host folder unless
+//     the caller asks for it (Destination.Overwrite), and never follows a
+//     link there.
 //
 // The SHA-256 and size of an accepted or sanitized artifact are those of the
 // bytes written to the host, after sanitizing. A rejected artifact reports

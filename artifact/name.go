@@ -67,6 +67,23 @@ func checkPath(rel string, maxDepth, maxLen int) string {
 	return ""
 }
 
+// checkHidden returns why a relative, slash-separated path is refused for
+// a hidden component (a name that starts with a dot, such as ".env" or
+// ".git"), or "" when it has none or the policy allows them. Tools read
+// such files without being asked (.npmrc, .envrc, .git/hooks), and
+// listings leave them out, so they do not leave by default.
+func (c *checker) checkHidden(rel string) string {
+	if c.p.AllowHidden {
+		return ""
+	}
+	for part := range strings.SplitSeq(rel, "/") {
+		if strings.HasPrefix(part, ".") {
+			return fmt.Sprintf("hidden name %q (starts with a dot); hidden files and folders are refused unless allowed (allow_hidden, --allow-hidden)", part)
+		}
+	}
+	return ""
+}
+
 // displayPath writes rel so that it is printable and valid UTF-8, as the
 // Path of an artifact: a path that passes checkName in every component is
 // kept as it is; any other is written with Go escapes (\x01, \xff, \u202e)

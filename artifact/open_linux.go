@@ -143,7 +143,7 @@ func reopen(dirfd int, name string, want *unix.Stat_t) (*os.File, string, error)
 func CheckFile(ctx context.Context, root *os.File, rel string, out Output, p sandbox.ArtifactPolicy) (sandbox.Artifact, error) {
 	c := newChecker(Normalize(p))
 	a := sandbox.Artifact{Path: displayPath(rel)}
-	if why := checkPath(rel, c.p.MaxDepth, c.p.MaxPathLen); why != "" {
+	if why := c.checkRel(rel); why != "" {
 		return reject(a, why), nil
 	}
 	dirfd, err := openRoot(root)

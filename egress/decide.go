@@ -31,7 +31,7 @@ func (p *Proxy) decide(ctx context.Context, h Host, port int) verdict {
 		a := h.Addr.Unmap()
 		r, ok := p.rules.matchAddr(a, port)
 		if !ok {
-			return deny("IP literal %s is not allowed on port %d: only cidr rules allow addresses", a, port)
+			return deny("IP literal %s is not allowed on port %d: only cidr rules allow addresses; allow it with --allow-host %s", a, port, AllowHint(a, port))
 		}
 		return verdict{allowed: true, reason: "allowed by cidr rule " + r.text, addrs: []netip.Addr{a}}
 	}
@@ -50,7 +50,7 @@ func (p *Proxy) decide(ctx context.Context, h Host, port int) verdict {
 			continue
 		}
 		if why := NonPublic(a); why != "" {
-			return deny("%s resolves to %s, which is %s", h.Name, a, why)
+			return deny("%s resolves to %s, which is %s; allow it with --allow-host %s (or --allow-cidr, or a cidr rule in the policy)", h.Name, a, why, AllowHint(a, port))
 		}
 	}
 	return verdict{allowed: true, reason: "allowed by rule " + r.text, addrs: addrs}

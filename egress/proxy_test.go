@@ -131,7 +131,7 @@ func TestIPLiteralsDenied(t *testing.T) {
 		f.refused(t, "CONNECT "+host+":443 HTTP/1.1\r\n\r\n", 403, "")
 		f.refused(t, "GET http://"+host+"/ HTTP/1.1\r\n\r\n", 403, "")
 	}
-	f.refused(t, "CONNECT 127.0.0.1:443 HTTP/1.1\r\n\r\n", 403, "IP literal 127.0.0.1 is not allowed")
+	f.refused(t, "CONNECT 127.0.0.1:443 HTTP/1.1\r\n\r\n", 403, "IP literal 127.0.0.1 is not allowed on port 443: only cidr rules allow addresses; allow it with --allow-host 127.0.0.1/32")
 	f.refused(t, "CONNECT 0x7f.1:443 HTTP/1.1\r\n\r\n", 403, "IPv4 address 127.0.0.1 in a non-canonical notation")
 	f.refused(t, "CONNECT 2130706433:443 HTTP/1.1\r\n\r\n", 403, "IPv4 address 127.0.0.1 in a non-canonical notation")
 	if lookups, dials := f.world.counts(); lookups != 0 || dials != 0 {
@@ -157,6 +157,8 @@ func TestResolvesToNonPublic(t *testing.T) {
 		f.refused(t, "GET http://"+name+"/ HTTP/1.1\r\n\r\n", 403, name+" resolves to ")
 	}
 	f.refused(t, "CONNECT meta.allowed.test:443 HTTP/1.1\r\n\r\n", 403, "169.254.169.254, which is link-local")
+	f.refused(t, "CONNECT private.allowed.test:443 HTTP/1.1\r\n\r\n", 403, "10.0.0.5, which is private (RFC 1918); allow it with --allow-host 10.0.0.5/32 (or --allow-cidr")
+	f.refused(t, "CONNECT ula.allowed.test:443 HTTP/1.1\r\n\r\n", 403, "allow it with --allow-host fd00::1/128")
 	f.refused(t, "CONNECT nat64.allowed.test:443 HTTP/1.1\r\n\r\n", 403, "NAT64 form of 169.254.169.254")
 	f.refused(t, "CONNECT nowhere.allowed.test:443 HTTP/1.1\r\n\r\n", 403, "cannot be resolved")
 	if _, dials := f.world.counts(); dials != 0 {

@@ -38,6 +38,32 @@ func compileRules(allow []sandbox.EgressRule) (ruleSet, error) {
 	return rs, nil
 }
 
+// CheckRule returns the error that a Proxy would give for rule, wrapping
+// sandbox.ErrInvalid, or nil when the rule is sound. A caller can refuse a
+// bad rule with it before it creates a sandbox.
+func CheckRule(r sandbox.EgressRule) error {
+	_, err := compileRule(r)
+	return err
+}
+
+// AllowHint writes the rule that lets the proxy dial address a on port, in
+// the form airlock run's --allow-host and --allow-cidr take: the address's
+// own prefix (/32 or /128), with ":port" unless the port is 80 or 443, the
+// default ports of a rule; an IPv6 prefix with a port is bracketed
+// ("[fd00::1/128]:8443"). It goes into refusals, to say how to allow what
+// was refused.
+func AllowHint(a netip.Addr, port int) string {
+	a = a.Unmap().WithZone("")
+	p := netip.PrefixFrom(a, a.BitLen())
+	switch {
+	case port == 80 || port == 443:
+		return p.String()
+	case a.Is4():
+		return fmt.Sprintf("%s:%d", p, port)
+	}
+	return fmt.Sprintf("[%s]:%d", p, port)
+}
+
 // compileRule compiles one rule.
 func compileRule(er sandbox.EgressRule) (rule, error) {
 	if (er.Host == "") == (er.CIDR == "") {

@@ -3,6 +3,7 @@ package egress
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -101,11 +102,41 @@ func TestCompileRulesRefuses(t *testing.T) {
 		{CIDR: "::ffff:10.0.0.0/104"},
 		{CIDR: "fe80::/10%eth0"},
 	} {
-		if _, err := New(Options{Policy: sandbox.NetworkPolicy{Allow: []sandbox.EgressRule{r}}}); !errors.Is(err, sandbox.ErrInvalid) {
+		_, err := New(Options{Policy: sandbox.NetworkPolicy{Allow: []sandbox.EgressRule{r}}})
+		if !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("New with rule %+v: %v; want ErrInvalid", r, err)
 		}
+		if cerr := CheckRule(r); !errors.Is(cerr, sandbox.ErrInvalid) || !strings.Contains(err.Error(), cerr.Error()) {
+			t.Errorf("CheckRule(%+v) = %v; want the error of New, %v", r, cerr, err)
+		}
+	}
+	if err := CheckRule(sandbox.EgressRule{CIDR: "10.0.0.0/8", Ports: []int{11434}}); err != nil {
+		t.Errorf("CheckRule of a sound rule: %v", err)
 	}
 	if _, err := New(Options{Policy: sandbox.NetworkPolicy{MaxBytesIn: -1}}); !errors.Is(err, sandbox.ErrInvalid) {
 		t.Errorf("New with a negative cap: %v; want ErrInvalid", err)
+	}
+}
+
+// TestAllowHint: the hint names the address's own prefix, and the port
+// when it is not a default one. cmd/airlock's tests check that
+// --allow-host reads every hint back as the rule it means.
+func TestAllowHint(t *testing.T) {
+	for _, tt := range []struct {
+		addr string
+		port int
+		want string
+	}{
+		{"10.1.2.3", 443, "10.1.2.3/32"},
+		{"10.1.2.3", 80, "10.1.2.3/32"},
+		{"10.1.2.3", 11434, "10.1.2.3/32:11434"},
+		{"::ffff:10.1.2.3", 443, "10.1.2.3/32"},
+		{"fd00::1", 443, "fd00::1/128"},
+		{"fd00::1", 8443, "[fd00::1/128]:8443"},
+	} {
+		a := netip.MustParseAddr(tt.addr)
+		if got := AllowHint(a, tt.port); got != tt.want {
+			t.Errorf("AllowHint(%s, %d) = %q, want %q", a, tt.port, got, tt.want)
+		}
 	}
 }

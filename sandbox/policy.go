@@ -104,6 +104,10 @@ type ArtifactPolicy struct {
 	// ActiveContent says what happens to HTML and SVG with scripts:
 	// "sanitize" (default) removes it, "reject" refuses the file.
 	ActiveContent string `json:"active_content,omitempty"`
+	// AllowHidden lets out files and folders whose name starts with a dot
+	// (".env", ".git/config", ".npmrc"). By default they are rejected: tools
+	// read such files without being asked, and a listing hides them.
+	AllowHidden bool `json:"allow_hidden,omitempty"`
 	// Archive caps, checked while streaming zip and OOXML files.
 	MaxArchiveEntries int   `json:"max_archive_entries,omitempty"`
 	MaxArchiveBytes   int64 `json:"max_archive_bytes,omitempty"`

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -22,6 +23,11 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("ParseSize(%q) = %v, want ErrInvalid", in, err)
 		}
 	}
+	for _, in := range []string{"99999999999TiB", strings.Repeat("9", 400), strings.Repeat("9", 400) + "KiB"} {
+		if _, err := ParseSize(in); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "too large") {
+			t.Errorf("ParseSize(%.20q…) = %v, want ErrInvalid saying too large", in, err)
+		}
+	}
 }
 
 func TestFormatSize(t *testing.T) {
@@ -38,8 +44,17 @@ func TestDuration(t *testing.T) {
 			t.Errorf("ParseDuration(%q) = %v, %v", in, got, err)
 		}
 	}
-	if _, err := ParseDuration("soon"); !errors.Is(err, ErrInvalid) {
-		t.Errorf("ParseDuration(soon) = %v", err)
+	for in, want := range map[string]string{
+		"soon": "use a number of seconds", "NaN": "not a number", "1e300": "too large",
+		"-1e300": "out of range", "+Inf": "too large", "1e400": "too large", "9223372037": "too large",
+	} {
+		if _, err := ParseDuration(in); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseDuration(%q) = %v, want ErrInvalid saying %q", in, err, want)
+		}
+	}
+	var big Limits
+	if err := json.Unmarshal([]byte(`{"timeout": 1e300}`), &big); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "too large") {
+		t.Errorf("timeout 1e300 in JSON: %v (%v), want too large", err, big.Timeout)
 	}
 	var l Limits
 	if err := json.Unmarshal([]byte(`{"timeout": 12}`), &l); err != nil || time.Duration(l.Timeout) != 12*time.Second {

@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -22,7 +24,10 @@ func ParseSize(s string) (int64, error) {
 	}
 	num, unit := t[:i], strings.TrimSpace(t[i:])
 	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || num == "" {
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		return 0, fmt.Errorf("size %q is too large: %w", s, ErrInvalid)
+	case err != nil || num == "":
 		return 0, fmt.Errorf("size %q: not a number: %w", s, ErrInvalid)
 	}
 	mult, ok := sizeUnits[strings.ToLower(unit)]
@@ -64,17 +69,36 @@ func FormatSize(n int64) string {
 // string ("30s"); a bare JSON number is read as seconds.
 type Duration time.Duration
 
-// ParseDuration reads "30s", "2m", "1h30m" or a bare number of seconds.
+// ParseDuration reads "30s", "2m", "1h30m" or a bare number of seconds. A
+// number too large for a time.Duration (about 292 years) is refused as too
+// large, not wrapped around.
 func ParseDuration(s string) (Duration, error) {
 	t := strings.TrimSpace(s)
-	if f, err := strconv.ParseFloat(t, 64); err == nil {
-		return Duration(f * float64(time.Second)), nil
+	if f, err := strconv.ParseFloat(t, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		return seconds(f, s)
 	}
 	d, err := time.ParseDuration(t)
 	if err != nil {
 		return 0, fmt.Errorf("duration %q: use a number of seconds or a form like 30s, 2m: %w", s, ErrInvalid)
 	}
 	return Duration(d), nil
+}
+
+// seconds converts a number of seconds to a Duration; s is the text it was
+// read from, for the error. NaN is not a number, and a number past what a
+// time.Duration holds is too large (or, below zero, out of range): in Go,
+// converting such a float to an integer gives an arbitrary value.
+func seconds(f float64, s string) (Duration, error) {
+	ns := f * float64(time.Second)
+	switch {
+	case math.IsNaN(ns):
+		return 0, fmt.Errorf("duration %q: not a number: %w", s, ErrInvalid)
+	case ns >= math.MaxInt64:
+		return 0, fmt.Errorf("duration %q is too large: %w", s, ErrInvalid)
+	case ns <= math.MinInt64:
+		return 0, fmt.Errorf("duration %q is out of range: %w", s, ErrInvalid)
+	}
+	return Duration(ns), nil
 }
 
 // String writes the duration the way time.Duration does.
@@ -91,8 +115,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		if err := json.Unmarshal(b, &f); err != nil {
 			return fmt.Errorf("duration must be a string like \"30s\" or a number of seconds: %w", ErrInvalid)
 		}
-		*d = Duration(f * float64(time.Second))
-		return nil
+		v, err := seconds(f, string(b))
+		*d = v
+		return err
 	}
 	v, err := ParseDuration(s)
 	*d = v

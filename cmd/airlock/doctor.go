@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,12 +29,16 @@ type doctorBackend struct {
 func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
 	fs := newFlagSet(env, "doctor", "doctor [--json]\n\nExit status 0 when the default backend can run here, 1 when not.")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.parse(args); err != nil {
+	err := fs.parse(args)
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("takes no arguments, got %q", fs.Arg(0))
+	}
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintln(env.stderr, "airlock doctor:", err)
-		return 2
+		env.errorf("airlock doctor: %s", errText(err))
+		return exitUsage
 	}
 	def := env.getenv("AIRLOCK_BACKEND")
 	if def == "" {
@@ -62,14 +65,12 @@ func runDoctor(ctx context.Context, env *cliEnv, args []string) int {
 		rep.Backends = append(rep.Backends, d)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(rep)
+		_ = writeJSON(env.stdout, rep)
 	} else {
 		printDoctor(env, rep)
 	}
 	if !defaultOK {
-		fmt.Fprintf(env.stderr, "airlock doctor: the default backend %q cannot run here\n", def)
+		env.errorf("airlock doctor: the default backend %q cannot run here", def)
 		return 1
 	}
 	return 0

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
@@ -33,7 +34,7 @@ func (s sizeFlag) Set(v string) error {
 		return err
 	}
 	if n <= 0 {
-		return fmt.Errorf("size must be above zero")
+		return fmt.Errorf("size %q must be above zero: %w", v, sandbox.ErrInvalid)
 	}
 	*s.v = n
 	return nil
@@ -55,40 +56,10 @@ func (d durationFlag) Set(v string) error {
 		return err
 	}
 	if x <= 0 {
-		return fmt.Errorf("duration must be above zero")
+		return fmt.Errorf("duration %q must be above zero: %w", v, sandbox.ErrInvalid)
 	}
 	*d.v = x
 	return nil
-}
-
-// flagSet is a subcommand's flags. Parse errors are returned, not
-// printed; -h prints the usage to stderr.
-type flagSet struct {
-	*flag.FlagSet
-	env   *cliEnv
-	usage string
-}
-
-func newFlagSet(env *cliEnv, name, usage string) *flagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	return &flagSet{FlagSet: fs, env: env, usage: usage}
-}
-
-// parse parses args; a bad flag is an ErrInvalid that points at -h.
-func (f *flagSet) parse(args []string) error {
-	err := f.Parse(args)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintf(f.env.stderr, "usage: airlock %s\n\nflags:\n", f.usage)
-		f.SetOutput(f.env.stderr)
-		f.PrintDefaults()
-		return err
-	}
-	return fmt.Errorf("%v (see 'airlock %s -h'): %w", err, f.Name(), sandbox.ErrInvalid)
 }
 
 // positiveFloat is a float flag that must be above zero when given.
@@ -103,8 +74,13 @@ func (f positiveFloat) String() string {
 
 func (f positiveFloat) Set(s string) error {
 	x, err := strconv.ParseFloat(s, 64)
-	if err != nil || x <= 0 {
-		return fmt.Errorf("want a number above zero")
+	switch {
+	case errors.Is(err, strconv.ErrRange) && math.IsInf(x, 1):
+		return fmt.Errorf("%q is too large: %w", s, sandbox.ErrInvalid)
+	case err != nil && !errors.Is(err, strconv.ErrRange), math.IsNaN(x):
+		return fmt.Errorf("%q is not a number: %w", s, sandbox.ErrInvalid)
+	case x <= 0:
+		return fmt.Errorf("%q must be above zero: %w", s, sandbox.ErrInvalid)
 	}
 	*f.v = x
 	return nil
@@ -122,9 +98,113 @@ func (f positiveInt) String() string {
 
 func (f positiveInt) Set(s string) error {
 	x, err := strconv.Atoi(s)
-	if err != nil || x <= 0 {
-		return fmt.Errorf("want a whole number above zero")
+	if err != nil {
+		// A number too large for an int, in any notation, is too large;
+		// anything else is not a whole number.
+		y, ferr := strconv.ParseFloat(s, 64)
+		number := ferr == nil || errors.Is(ferr, strconv.ErrRange)
+		switch {
+		case number && y >= math.MaxInt:
+			return fmt.Errorf("%q is too large: %w", s, sandbox.ErrInvalid)
+		case number && y <= 0:
+			return fmt.Errorf("%q must be above zero: %w", s, sandbox.ErrInvalid)
+		}
+		return fmt.Errorf("%q is not a whole number: %w", s, sandbox.ErrInvalid)
+	}
+	if x <= 0 {
+		return fmt.Errorf("%q must be above zero: %w", s, sandbox.ErrInvalid)
 	}
 	*f.v = x
 	return nil
+}
+
+// flagSet is a subcommand's flags. Parse errors are returned, not
+// printed; --help prints the usage to stdout.
+type flagSet struct {
+	*flag.FlagSet
+	env   *cliEnv
+	usage string
+	// valueErr is the first error that a Var flag's Set returned.
+	valueErr error
+}
+
+func newFlagSet(env *cliEnv, name, usage string) *flagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, env: env, usage: usage}
+}
+
+// Var defines a flag whose Set errors name the flag once, as
+// "--NAME: what is wrong"; the flag package's own wording names the value
+// and the flag around the error, which names the value again.
+func (f *flagSet) Var(v flag.Value, name, usage string) {
+	f.FlagSet.Var(namedValue{Value: v, name: name, fs: f}, name, usage)
+}
+
+// namedValue records the Set errors of one flag in its flagSet.
+type namedValue struct {
+	flag.Value
+	name string
+	fs   *flagSet
+}
+
+// Set implements flag.Value.
+func (n namedValue) Set(s string) error {
+	err := n.Value.Set(s)
+	if err != nil && n.fs.valueErr == nil {
+		if !errors.Is(err, sandbox.ErrInvalid) {
+			err = fmt.Errorf("%w: %w", err, sandbox.ErrInvalid)
+		}
+		n.fs.valueErr = fmt.Errorf("--%s: %w", n.name, err)
+	}
+	return err
+}
+
+// parse parses args. A bad flag or value is an error wrapping
+// sandbox.ErrInvalid; --help prints the usage and returns flag.ErrHelp.
+func (f *flagSet) parse(args []string) error {
+	err := f.Parse(args)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		f.printUsage(f.env.stdout)
+		return err
+	case f.valueErr != nil:
+		return f.valueErr
+	}
+	return fmt.Errorf("%v (see 'airlock %s --help'): %w", err, f.Name(), sandbox.ErrInvalid)
+}
+
+// printUsage writes the usage line and the flags, each as --name.
+func (f *flagSet) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "usage: airlock %s\n", f.usage)
+	any := false
+	f.VisitAll(func(fl *flag.Flag) {
+		if !any {
+			fmt.Fprint(w, "\nflags:\n")
+			any = true
+		}
+		arg, text := flag.UnquoteUsage(fl)
+		if arg != "" {
+			arg = " " + arg
+		}
+		fmt.Fprintf(w, "  --%s%s\n    \t%s", fl.Name, arg, strings.ReplaceAll(text, "\n", "\n    \t"))
+		if fl.DefValue != "" && fl.DefValue != "false" {
+			fmt.Fprintf(w, " (default %q)", fl.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+// errText is the message of err as airlock prints it. An error that wraps
+// sandbox.ErrInvalid already says what is invalid, so the sentinel's own
+// text ("invalid argument") is left off its end.
+func errText(err error) string {
+	s := err.Error()
+	if errors.Is(err, sandbox.ErrInvalid) {
+		s = strings.TrimSuffix(s, ": "+sandbox.ErrInvalid.Error())
+	}
+	return s
 }

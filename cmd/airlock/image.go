@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,7 +30,7 @@ definition (%s). See docs/IMAGES.md for the definition format.
 func runImage(ctx context.Context, env *cliEnv, args []string) int {
 	if len(args) == 0 {
 		printImageUsage(env.stderr)
-		return 2
+		return exitUsage
 	}
 	sub, rest := args[0], args[1:]
 	switch sub {
@@ -41,13 +40,13 @@ func runImage(ctx context.Context, env *cliEnv, args []string) int {
 		return imageList(env, rest)
 	case "rm", "remove":
 		return imageRemove(env, rest)
-	case "-h", "--help", "help":
-		printImageUsage(env.stderr)
+	case "-h", "-help", "--help", "help":
+		printImageUsage(env.stdout)
 		return 0
 	}
-	fmt.Fprintf(env.stderr, "airlock image: unknown subcommand %q\n", sub)
+	env.errorf("airlock image: unknown subcommand %q", sub)
 	printImageUsage(env.stderr)
-	return 2
+	return exitUsage
 }
 
 func printImageUsage(w io.Writer) {
@@ -82,8 +81,8 @@ func imageArgs(env *cliEnv, fs *flagSet, args []string, want int, what string) (
 		err = errors.New(what)
 	}
 	if err != nil {
-		fmt.Fprintf(env.stderr, "airlock %s: %v\n", fs.Name(), err)
-		return nil, 2, false
+		env.errorf("airlock %s: %s", fs.Name(), errText(err))
+		return nil, exitUsage, false
 	}
 	return pos, 0, true
 }
@@ -127,9 +126,9 @@ func imageBuild(ctx context.Context, env *cliEnv, args []string) int {
 	}
 	img, err := store.Build(ctx, name, def, opts)
 	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintln(env.stderr, "airlock image build: interrupted; no image was stored")
-			return 125
+		if code, ok := interruption(ctx); ok {
+			env.errorf("airlock image build: interrupted; no image was stored")
+			return code
 		}
 		return imageFailure(env, "build", err)
 	}
@@ -155,9 +154,7 @@ func imageList(env *cliEnv, args []string) int {
 		if imgs == nil {
 			imgs = []*image.Image{}
 		}
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(imgs); err != nil {
+		if err := writeJSON(env.stdout, imgs); err != nil {
 			return imageFailure(env, "ls", err)
 		}
 		return 0
@@ -201,9 +198,9 @@ func imageRemove(env *cliEnv, args []string) int {
 // imageFailure prints err and returns the exit status: 2 for bad input
 // (a usage error), 125 for the rest.
 func imageFailure(env *cliEnv, sub string, err error) int {
-	fmt.Fprintf(env.stderr, "airlock image %s: %v\n", sub, err)
+	env.errorf("airlock image %s: %s", sub, errText(err))
 	if errors.Is(err, sandbox.ErrInvalid) {
-		return 2
+		return exitUsage
 	}
-	return 125
+	return sandbox.ExitFailed
 }

@@ -76,6 +76,8 @@ func TestRunExitStatuses(t *testing.T) {
 	}
 }
 
+// TestRunBadInput: a command line that is wrong exits 2 and says why, once;
+// a failure met after it, while setting up the sandbox, exits 125.
 func TestRunBadInput(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "in.csv")
@@ -84,40 +86,45 @@ func TestRunBadInput(t *testing.T) {
 	}
 	cases := []struct {
 		args []string
+		code int
 		want string
 	}{
-		{[]string{"run", "--bogus", "--", "true"}, "flag provided but not defined"},
-		{[]string{"run", "--memory", "0", "--", "true"}, "size must be above zero"},
-		{[]string{"run", "--memory", "lots", "--", "true"}, "not a number"},
-		{[]string{"run", "--memory", "4TiB", "--", "true"}, "out of range"},
-		{[]string{"run", "--memory", "1MiB", "--", "true"}, "out of range"},
-		{[]string{"run", "--timeout", "0", "--", "true"}, "above zero"},
-		{[]string{"run", "--timeout", "forever", "--", "true"}, "duration"},
-		{[]string{"run", "--timeout", "48h", "--", "true"}, "out of range"},
-		{[]string{"run", "--cpus", "0", "--", "true"}, "above zero"},
-		{[]string{"run", "--cpus", "5000", "--", "true"}, "out of range"},
-		{[]string{"run", "--pids", "-3", "--", "true"}, "above zero"},
-		{[]string{"run", "--disk", "10PiB", "--", "true"}, "unknown unit"},
-		{[]string{"run", "--stdout-limit", "2GiB", "--", "true"}, "out of range"},
-		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, "want K=V"},
-		{[]string{"run", "--input", filepath.Join(dir, "missing.csv"), "--", "true"}, "no such file"},
-		{[]string{"run", "--input", file + ":../x.csv", "--", "true"}, "plain file name"},
-		{[]string{"run", "--input", file + ":a/b.csv", "--", "true"}, "plain file name"},
-		{[]string{"run", "--input", dir, "--", "true"}, "not a regular file"},
-		{[]string{"run", "--input", file, "--input", file, "--", "true"}, "two files named"},
-		{[]string{"run", "--image", filepath.Join(dir, "no-such-image"), "--", "true"}, "no such file"},
-		{[]string{"run", "--image", "no-such-image", "--", "true"}, "not built"},
-		{[]string{"run", "--backend", "bogus", "--", "true"}, "unknown backend"},
-		{[]string{"run", "--lang", "ruby", "--code", file}, "want python, bash or node"},
-		{[]string{"run", "--lang", "python"}, "needs --code"},
-		{[]string{"run", "--lang", "python", "--code", filepath.Join(dir, "missing.py")}, "no such file"},
-		{[]string{"run", "--lang", "python", "--code", file, "--", "true"}, "not both"},
-		{[]string{"run"}, "nothing to run"},
+		{[]string{"run", "--bogus", "--", "true"}, 2, "flag provided but not defined"},
+		{[]string{"run", "--memory", "0", "--", "true"}, 2, `--memory: size "0" must be above zero`},
+		{[]string{"run", "--memory", "lots", "--", "true"}, 2, "not a number"},
+		{[]string{"run", "--memory", "4TiB", "--", "true"}, 2, "out of range"},
+		{[]string{"run", "--memory", "1MiB", "--", "true"}, 2, "out of range"},
+		{[]string{"run", "--timeout", "0", "--", "true"}, 2, "above zero"},
+		{[]string{"run", "--timeout", "forever", "--", "true"}, 2, "duration"},
+		{[]string{"run", "--timeout", "48h", "--", "true"}, 2, "out of range"},
+		{[]string{"run", "--cpus", "0", "--", "true"}, 2, "above zero"},
+		{[]string{"run", "--cpus", "5000", "--", "true"}, 2, "out of range"},
+		{[]string{"run", "--pids", "-3", "--", "true"}, 2, "above zero"},
+		{[]string{"run", "--disk", "10PiB", "--", "true"}, 2, "unknown unit"},
+		{[]string{"run", "--stdout-limit", "2GiB", "--", "true"}, 2, "out of range"},
+		{[]string{"run", "--env", "NOEQUALS", "--", "true"}, 2, "want K=V"},
+		{[]string{"run", "--input", filepath.Join(dir, "missing.csv"), "--", "true"}, 2, "no such file"},
+		{[]string{"run", "--input", file + ":../x.csv", "--", "true"}, 2, "plain file name"},
+		{[]string{"run", "--input", file + ":a/b.csv", "--", "true"}, 2, "plain file name"},
+		{[]string{"run", "--input", dir, "--", "true"}, 2, "not a regular file"},
+		{[]string{"run", "--input", file, "--input", file, "--", "true"}, 2, "two files named"},
+		{[]string{"run", "--backend", "bogus", "--", "true"}, 2, "unknown backend"},
+		{[]string{"run", "--lang", "ruby", "--code", file}, 2, "want python, bash or node"},
+		{[]string{"run", "--lang", "python"}, 2, "needs --code"},
+		{[]string{"run", "--lang", "python", "--code", filepath.Join(dir, "missing.py")}, 2, "no such file"},
+		{[]string{"run", "--lang", "python", "--code", file, "--", "true"}, 2, "not both"},
+		{[]string{"run", "--overwrite", "--", "true"}, 2, "--overwrite applies to --output"},
+		{[]string{"run"}, 2, "nothing to run"},
+		{[]string{"run", "--image", filepath.Join(dir, "no-such-image"), "--", "true"}, 125, "no such file"},
+		{[]string{"run", "--image", "no-such-image", "--", "true"}, 125, "not built"},
 	}
 	for _, c := range cases {
 		out, errs, code := airlock(t, "", c.args...)
-		if code != sandbox.ExitFailed || !strings.Contains(errs, c.want) || strings.Contains(errs, "panic") {
-			t.Errorf("airlock %q: exit %d stderr %q stdout %q, want 125 and %q", c.args, code, errs, out, c.want)
+		if code != c.code || !strings.Contains(errs, c.want) || strings.Contains(errs, "panic") {
+			t.Errorf("airlock %q: exit %d stderr %q stdout %q, want %d and %q", c.args, code, errs, out, c.code, c.want)
+		}
+		if strings.Contains(errs, sandbox.ErrInvalid.Error()) {
+			t.Errorf("airlock %q: stderr %q repeats the sentinel's text", c.args, errs)
 		}
 	}
 }

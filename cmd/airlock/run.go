@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/internal/termsafe"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -21,13 +22,19 @@ func init() {
 const runUsage = `run [flags] -- COMMAND [ARG...]
        airlock run [flags] --lang python|bash|node --code FILE   (FILE "-" reads stdin)
 
-Exit status: the command's own; 124 timed out; 137 killed for memory; 125 airlock failed.`
+Exit status: the command's own; 124 timed out; 137 killed for memory; 125 airlock
+failed; 2 the command line is wrong; 130 and 143 interrupted by SIGINT (Ctrl-C) and
+SIGTERM, after the sandbox was destroyed.
+
+On a terminal the command's control characters and escape sequences are shown as
+caret text (ESC as ^[, a lone carriage return as ^M), plain colours excepted;
+--raw passes them through.`
 
 // runOptions are the parsed flags of airlock run.
 type runOptions struct {
 	backend, runtime, image, output, lang, code string
-	inputs, envs, allowHosts                    listFlag
-	json, strict, stdin                         bool
+	inputs, envs                                listFlag
+	json, strict, stdin, raw, overwrite         bool
 	policy                                      sandbox.Policy
 	cmd                                         []string
 }
@@ -53,21 +60,25 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 	fs.StringVar(&o.backend, "backend", def, "backend: native, docker or gvisor (env AIRLOCK_BACKEND)")
 	fs.StringVar(&o.runtime, "runtime", "", "with --backend docker: runc or runsc (env AIRLOCK_DOCKER_RUNTIME; default runc)")
 	fs.StringVar(&o.image, "image", "host", `image: "host", a built image name, or a rootfs folder`)
-	fs.Var(&o.inputs, "input", "PATH[:NAME] of a host file to put read-only at /workspace/input/NAME (repeatable)")
-	fs.StringVar(&o.output, "output", "", "host folder that receives the accepted files of /workspace/output")
-	fs.Var(durationFlag{&l.Timeout}, "timeout", "wall-clock limit (default 30s)")
-	fs.Var(sizeFlag{&l.MemoryBytes}, "memory", "memory cap, no swap (default 512MiB)")
-	fs.Var(positiveFloat{&l.CPUs}, "cpus", "CPU quota in cores (default 1)")
-	fs.Var(positiveInt{&l.Pids}, "pids", "process and thread cap (default 128)")
-	fs.Var(sizeFlag{&l.DiskBytes}, "disk", "cap on /tmp + /workspace/output + /dev/shm together (default 256MiB)")
-	fs.Var(sizeFlag{&l.OutputBytes}, "stdout-limit", "bytes kept of stdout and of stderr, each (default 1MiB)")
-	fs.Var(&o.allowHosts, "allow-host", `allow egress to a host: "example.com" or "*.example.com" (repeatable)`)
-	fs.Var(&o.envs, "env", "K=V to set inside (repeatable); no host variable enters otherwise")
+	fs.Var(&o.inputs, "input", "`PATH[:NAME]` of a host file to put read-only at /workspace/input/NAME (repeatable)")
+	fs.StringVar(&o.output, "output", "", "host `DIR` that receives the accepted files of /workspace/output")
+	fs.BoolVar(&o.overwrite, "overwrite", false, "let an artifact replace a file of its name in --output (default: keep the file, reject the artifact)")
+	fs.BoolVar(&o.policy.Artifacts.AllowHidden, "allow-hidden", false, "let out files and folders whose name starts with a dot (default: rejected)")
+	fs.Var(durationFlag{&l.Timeout}, "timeout", "wall-clock limit, `DURATION` such as 30s or 2m (default 30s)")
+	fs.Var(sizeFlag{&l.MemoryBytes}, "memory", "memory cap, no swap, a `SIZE` such as 512MiB (default 512MiB)")
+	fs.Var(positiveFloat{&l.CPUs}, "cpus", "CPU quota in `CORES` (default 1)")
+	fs.Var(positiveInt{&l.Pids}, "pids", "process and thread cap, a `NUMBER` (default 128)")
+	fs.Var(sizeFlag{&l.DiskBytes}, "disk", "cap on /tmp + /workspace/output + /dev/shm together, a `SIZE` (default 256MiB)")
+	fs.Var(sizeFlag{&l.OutputBytes}, "stdout-limit", "bytes kept of stdout and of stderr, each, a `SIZE` (default 1MiB)")
+	fs.Var(allowFlag{rules: &o.policy.Network.Allow}, "allow-host", "allow egress to `HOST[:PORT]`: example.com, *.example.com, example.com:8443,\nan address (10.1.2.3, [fd00::1]:8443) or a range (10.0.0.0/8:11434); repeatable")
+	fs.Var(allowFlag{rules: &o.policy.Network.Allow, cidrOnly: true}, "allow-cidr", "allow egress to an address range, `CIDR[:PORT]`: 10.0.0.0/8, 10.1.2.3/32:11434, fd00::/8,\n[fd00::/8]:8443; repeatable")
+	fs.Var(&o.envs, "env", "`K=V` to set inside (repeatable); no host variable enters otherwise")
 	fs.BoolVar(&o.json, "json", false, "print the Result as JSON on stdout")
 	fs.BoolVar(&o.strict, "strict", false, "refuse to run if this host can only give weaker layers")
 	fs.BoolVar(&o.stdin, "stdin", false, "pass this process's stdin to the command (default: empty stdin)")
-	fs.StringVar(&o.lang, "lang", "", "language of --code: python, bash or node")
-	fs.StringVar(&o.code, "code", "", `script file to run with --lang ("-" reads stdin)`)
+	fs.BoolVar(&o.raw, "raw", false, "on a terminal, pass the command's escape sequences through unchanged")
+	fs.StringVar(&o.lang, "lang", "", "`LANGUAGE` of --code: python, bash or node")
+	fs.StringVar(&o.code, "code", "", "script `FILE` to run with --lang (\"-\" reads stdin)")
 	if err := fs.parse(args); err != nil {
 		return nil, err
 	}
@@ -82,8 +93,8 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 		}
 		o.policy.Env[k] = v
 	}
-	for _, h := range o.allowHosts {
-		o.policy.Network.Allow = append(o.policy.Network.Allow, sandbox.EgressRule{Host: h})
+	if o.overwrite && o.output == "" {
+		return nil, fmt.Errorf("--overwrite applies to --output DIR, which is not given: %w", sandbox.ErrInvalid)
 	}
 	var err error
 	if o.cmd, err = o.command(env, fs.Args()); err != nil {
@@ -174,39 +185,45 @@ func parseInputs(specs []string) ([]inputFile, error) {
 }
 
 func runRun(ctx context.Context, env *cliEnv, args []string) int {
-	fail := func(err error) int {
-		fmt.Fprintln(env.stderr, "airlock run:", err)
-		return sandbox.ExitFailed
-	}
-	o, err := parseRun(env, args)
-	if errors.Is(err, flag.ErrHelp) {
+	o, inputs, be, err := prepareRun(env, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
 		return 0
+	case err != nil:
+		env.errorf("airlock run: %s", errText(err))
+		return exitUsage
 	}
-	if err != nil {
-		return fail(err)
-	}
-	inputs, err := parseInputs(o.inputs)
-	if err != nil {
-		return fail(err)
+	defer be.Close()
+	fail := func(err error) int {
+		env.errorf("airlock run: %s", errText(err))
+		return sandbox.ExitFailed
 	}
 	if o.output != "" {
 		if err := os.MkdirAll(o.output, 0o755); err != nil {
 			return fail(fmt.Errorf("--output: %w", err))
 		}
 	}
-	be, err := newBackend(env, o.backend, backendOptions{runtime: o.runtime})
-	if err != nil {
-		return fail(err)
+	var stdout, stderr io.Writer
+	var term *termsafe.Terminal
+	if !o.json {
+		stdout, stderr, term = commandStreams(env, o.raw)
 	}
-	defer be.Close()
-	res, err := runOnce(ctx, env, be, o, inputs)
+	res, err := runOnce(ctx, env, be, o, inputs, stdout, stderr)
+	if term != nil {
+		term.Flush()
+	}
+	if code, ok := interruption(ctx); ok {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			env.errorf("airlock run: %s", errText(err))
+		}
+		env.errorf("airlock: interrupted")
+		return code
+	}
 	if err != nil {
 		return fail(err)
 	}
 	if o.json {
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
+		if err := writeJSON(env.stdout, res); err != nil {
 			return fail(err)
 		}
 	} else {
@@ -215,9 +232,73 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 	return exitStatus(res)
 }
 
-// runOnce creates a sandbox, runs the command, collects artifacts and
-// destroys the sandbox, whatever happens in between.
-func runOnce(ctx context.Context, env *cliEnv, be sandbox.Backend, o *runOptions, inputs []inputFile) (res sandbox.Result, err error) {
+// prepareRun reads the command line of airlock run: its flags, its
+// inputs and its backend. Every error it returns is a usage error, or
+// flag.ErrHelp after --help.
+func prepareRun(env *cliEnv, args []string) (*runOptions, []inputFile, sandbox.Backend, error) {
+	o, err := parseRun(env, args)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	inputs, err := parseInputs(o.inputs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	be, err := newBackend(env, o.backend, backendOptions{runtime: o.runtime})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return o, inputs, be, nil
+}
+
+// commandStreams returns where the command's stdout and stderr stream:
+// airlock's own, each through a termsafe filter when it is a terminal
+// (only tracked, not filtered, with raw). The Terminal is nil when neither
+// is one. When stderr is one, airlock's own lines start afresh after the
+// command's output (env.errorf).
+func commandStreams(env *cliEnv, raw bool) (stdout, stderr io.Writer, term *termsafe.Terminal) {
+	stdout, stderr = env.stdout, env.stderr
+	outTTY, errTTY := env.terminal(env.stdout), env.terminal(env.stderr)
+	if !outTTY && !errTTY {
+		return stdout, stderr, nil
+	}
+	term = new(termsafe.Terminal)
+	if outTTY {
+		stdout = term.Writer(env.stdout, raw)
+	}
+	if errTTY {
+		stderr = term.Writer(env.stderr, raw)
+		env.term = term
+	}
+	return stdout, stderr, term
+}
+
+// writeJSON writes v as indented JSON. encoding/json escapes the C0
+// controls in strings (ESC as \u001b); writeJSON also escapes DEL and the
+// C1 controls U+0080 to U+009F, which it leaves as they are, so that no
+// string in the output can act on a terminal.
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	var out strings.Builder
+	for _, r := range string(b) {
+		if r == 0x7f || r >= 0x80 && r <= 0x9f {
+			fmt.Fprintf(&out, `\u%04x`, r)
+			continue
+		}
+		out.WriteRune(r)
+	}
+	out.WriteByte('\n')
+	_, err = io.WriteString(w, out.String())
+	return err
+}
+
+// runOnce creates a sandbox, runs the command with its output streaming
+// to stdout and stderr (when not nil), collects artifacts and destroys the
+// sandbox, whatever happens in between: an error, or ctx ending (Ctrl-C).
+func runOnce(ctx context.Context, env *cliEnv, be sandbox.Backend, o *runOptions, inputs []inputFile, stdout, stderr io.Writer) (res sandbox.Result, err error) {
 	inst, err := be.Create(ctx, sandbox.Spec{Image: o.image, Policy: o.policy})
 	if err != nil {
 		return res, err
@@ -238,12 +319,9 @@ func runOnce(ctx context.Context, env *cliEnv, be sandbox.Backend, o *runOptions
 			return res, err
 		}
 	}
-	req := sandbox.ExecRequest{Cmd: o.cmd}
+	req := sandbox.ExecRequest{Cmd: o.cmd, Stdout: stdout, Stderr: stderr}
 	if o.stdin {
 		req.Stdin = env.stdin
-	}
-	if !o.json {
-		req.Stdout, req.Stderr = env.stdout, env.stderr
 	}
 	res, err = inst.Exec(ctx, req)
 	if err != nil {
@@ -256,7 +334,7 @@ func runOnce(ctx context.Context, env *cliEnv, be sandbox.Backend, o *runOptions
 // reportRun tells, on stderr, what the streamed output cannot show.
 func reportRun(env *cliEnv, o *runOptions, res sandbox.Result) {
 	l := o.policy.Limits
-	say := func(format string, a ...any) { fmt.Fprintf(env.stderr, "airlock: "+format+"\n", a...) }
+	say := func(format string, a ...any) { env.errorf("airlock: "+format, a...) }
 	if res.StdoutTruncated {
 		say("stdout truncated at %s", sandbox.FormatSize(l.OutputBytes))
 	}
