@@ -23,14 +23,18 @@ func Resolve(images Lookup, name string) (sandbox.Image, error) {
 		if err != nil {
 			return sandbox.Image{}, fmt.Errorf("image folder %s: %w", name, err)
 		}
-		if st, err := os.Stat(abs); err != nil || !st.IsDir() {
+		st, err := os.Stat(abs)
+		if err != nil {
+			return sandbox.Image{}, fmt.Errorf("image folder: %w: %w", err, sandbox.ErrNotFound)
+		}
+		if !st.IsDir() {
 			return sandbox.Image{}, fmt.Errorf("image folder %s: not a folder: %w", abs, sandbox.ErrNotFound)
 		}
 		return sandbox.Image{Name: name, RootFS: abs}, nil
 	case images != nil:
 		img, err := images.Get(name)
 		if err != nil {
-			return sandbox.Image{}, fmt.Errorf("image %q: not built (see 'airlock image build'): %w", name, err)
+			return sandbox.Image{}, fmt.Errorf("%w: not built (build it with 'airlock image build %s')", err, name)
 		}
 		return sandbox.Image{Name: name, RootFS: img.RootFS(), Digest: img.Manifest.Digest, Env: img.Manifest.Env}, nil
 	}

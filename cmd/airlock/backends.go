@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/native"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/session"
 )
 
 // backendNames lists the backends this binary can run, in doctor's order.
@@ -22,19 +24,14 @@ type backendOptions struct {
 	runtime string
 }
 
-// newBackend returns the named backend, resolving image names through the
-// image store when there is one. The caller closes it.
+// newBackend returns the named backend. The caller closes it.
 func newBackend(env *cliEnv, name string, o backendOptions) (sandbox.Backend, error) {
 	if o.runtime != "" && name != "docker" {
 		return nil, fmt.Errorf("--runtime applies to --backend docker only: %w", sandbox.ErrInvalid)
 	}
-	var images image.Lookup
-	if store := imageStore(env); store != nil {
-		images = store
-	}
 	switch name {
 	case "native":
-		return native.New(native.Options{Images: images}), nil
+		return native.New(native.Options{}), nil
 	case "docker":
 		rt := o.runtime
 		if rt == "" {
@@ -43,15 +40,26 @@ func newBackend(env *cliEnv, name string, o backendOptions) (sandbox.Backend, er
 		if rt != "" && rt != docker.RuntimeRunc && rt != docker.RuntimeRunsc {
 			return nil, fmt.Errorf("docker runtime %q: want %s or %s: %w", rt, docker.RuntimeRunc, docker.RuntimeRunsc, sandbox.ErrInvalid)
 		}
-		return docker.New(docker.Options{Runtime: rt, Images: images}), nil
+		return docker.New(docker.Options{Runtime: rt}), nil
 	case "gvisor":
 		runsc := env.getenv("AIRLOCK_RUNSC")
 		if runsc == "" {
 			runsc, _ = exec.LookPath("runsc")
 		}
-		return gvisor.New(gvisor.Options{Runsc: runsc, Images: images}), nil
+		return gvisor.New(gvisor.Options{Runsc: runsc}), nil
 	}
 	return nil, fmt.Errorf("unknown backend %q (have: %s): %w", name, strings.Join(backendNames, ", "), sandbox.ErrInvalid)
+}
+
+// newManager opens a session manager over one backend, resolving image
+// names through the image store when there is one. Closing it closes the
+// backend.
+func newManager(ctx context.Context, env *cliEnv, be sandbox.Backend) (*session.Manager, error) {
+	var images image.Lookup
+	if store := imageStore(env); store != nil {
+		images = store
+	}
+	return session.New(ctx, session.Options{Backends: map[string]sandbox.Backend{be.Name(): be}, Images: images})
 }
 
 // imageStore opens the default image store, or returns nil when there is

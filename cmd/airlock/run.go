@@ -8,11 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/artifact"
 	"github.com/airlock-sandbox/airlock/internal/termsafe"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/session"
 )
 
 func init() {
@@ -37,16 +38,6 @@ type runOptions struct {
 	json, strict, stdin, raw, overwrite         bool
 	policy                                      sandbox.Policy
 	cmd                                         []string
-}
-
-// maxInlineCode bounds --code: the script travels as one argument.
-const maxInlineCode = 120 << 10
-
-// interpreters maps --lang to the command that runs code given inline.
-var interpreters = map[string][]string{
-	"python": {"python3", "-c"},
-	"bash":   {"bash", "-c"},
-	"node":   {"node", "-e"},
 }
 
 func parseRun(env *cliEnv, args []string) (*runOptions, error) {
@@ -117,10 +108,6 @@ func (o *runOptions) command(env *cliEnv, args []string) ([]string, error) {
 	if len(args) > 0 {
 		return nil, fmt.Errorf("give either a command or --lang/--code, not both: %w", sandbox.ErrInvalid)
 	}
-	interp, ok := interpreters[o.lang]
-	if !ok {
-		return nil, fmt.Errorf("--lang %q: want python, bash or node: %w", o.lang, sandbox.ErrInvalid)
-	}
 	if o.code == "" {
 		return nil, fmt.Errorf("--lang needs --code FILE: %w", sandbox.ErrInvalid)
 	}
@@ -136,56 +123,19 @@ func (o *runOptions) command(env *cliEnv, args []string) ([]string, error) {
 		defer f.Close()
 		r = f
 	}
-	b, err := io.ReadAll(io.LimitReader(r, maxInlineCode+1))
+	b, err := io.ReadAll(io.LimitReader(r, session.MaxInlineCode+1))
 	if err != nil {
 		return nil, fmt.Errorf("--code: %w", err)
 	}
-	if len(b) > maxInlineCode {
-		return nil, fmt.Errorf("--code: script over %s; pass it with --input and run it by path: %w", sandbox.FormatSize(maxInlineCode), sandbox.ErrInvalid)
+	cmd, err := session.CodeCommand(o.lang, string(b))
+	if err != nil {
+		return nil, fmt.Errorf("--lang %s --code %s: %w", o.lang, o.code, err)
 	}
-	if strings.ContainsRune(string(b), 0) {
-		return nil, fmt.Errorf("--code: script contains a NUL byte: %w", sandbox.ErrInvalid)
-	}
-	return append(append([]string(nil), interp...), string(b)), nil
-}
-
-// inputFile is one --input after checking.
-type inputFile struct{ path, name string }
-
-func parseInputs(specs []string) ([]inputFile, error) {
-	var out []inputFile
-	seen := map[string]bool{}
-	for _, s := range specs {
-		path, name := s, filepath.Base(s)
-		if i := strings.LastIndexByte(s, ':'); i > 0 {
-			path, name = s[:i], s[i+1:]
-		}
-		if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") {
-			return nil, fmt.Errorf("--input %q: name %q must be a plain file name (no '/', '..'): %w", s, name, sandbox.ErrInvalid)
-		}
-		for _, r := range name {
-			if r < 0x20 || r == 0x7f {
-				return nil, fmt.Errorf("--input %q: name has a control character: %w", s, sandbox.ErrInvalid)
-			}
-		}
-		st, err := os.Stat(path)
-		if err != nil {
-			return nil, fmt.Errorf("--input %q: %w: %w", s, err, sandbox.ErrInvalid)
-		}
-		if !st.Mode().IsRegular() {
-			return nil, fmt.Errorf("--input %q: not a regular file: %w", s, sandbox.ErrInvalid)
-		}
-		if seen[name] {
-			return nil, fmt.Errorf("--input: two files named %q: %w", name, sandbox.ErrInvalid)
-		}
-		seen[name] = true
-		out = append(out, inputFile{path, name})
-	}
-	return out, nil
+	return cmd, nil
 }
 
 func runRun(ctx context.Context, env *cliEnv, args []string) int {
-	o, inputs, be, err := prepareRun(env, args)
+	o, inputs, m, err := prepareRun(ctx, env, args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
@@ -193,7 +143,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		env.errorf("airlock run: %s", errText(err))
 		return exitUsage
 	}
-	defer be.Close()
+	defer m.Close(context.WithoutCancel(ctx))
 	fail := func(err error) int {
 		env.errorf("airlock run: %s", errText(err))
 		return sandbox.ExitFailed
@@ -208,7 +158,16 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 	if !o.json {
 		stdout, stderr, term = commandStreams(env, o.raw)
 	}
-	res, err := runOnce(ctx, env, be, o, inputs, stdout, stderr)
+	proc := sandbox.ProcessSpec{Cmd: o.cmd, Stdout: stdout, Stderr: stderr}
+	if o.stdin {
+		proc.Stdin = env.stdin
+	}
+	res, err := m.RunOnce(ctx, session.OneShot{
+		Create:  session.CreateOptions{Backend: o.backend, Image: o.image, Policy: o.policy},
+		Inputs:  inputs,
+		Process: proc,
+		Output:  artifact.Destination{Dir: o.output, Overwrite: o.overwrite},
+	})
 	if term != nil {
 		term.Flush()
 	}
@@ -219,36 +178,42 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		env.errorf("airlock: interrupted")
 		return code
 	}
+	if o.json && res.ID != "" {
+		// a Result, even when airlock failed after the sandbox started
+		if jerr := writeJSON(env.stdout, res); jerr != nil && err == nil {
+			err = jerr
+		}
+	}
 	if err != nil {
 		return fail(err)
 	}
-	if o.json {
-		if err := writeJSON(env.stdout, res); err != nil {
-			return fail(err)
-		}
-	} else {
+	if !o.json {
 		reportRun(env, o, res)
 	}
 	return exitStatus(res)
 }
 
 // prepareRun reads the command line of airlock run: its flags, its
-// inputs and its backend. Every error it returns is a usage error, or
-// flag.ErrHelp after --help.
-func prepareRun(env *cliEnv, args []string) (*runOptions, []inputFile, sandbox.Backend, error) {
+// inputs and its backend, and opens the session manager. Every error it
+// returns is a usage error, or flag.ErrHelp after --help.
+func prepareRun(ctx context.Context, env *cliEnv, args []string) (*runOptions, []session.Input, *session.Manager, error) {
 	o, err := parseRun(env, args)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	inputs, err := parseInputs(o.inputs)
+	inputs, err := session.ParseInputs(o.inputs)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("--input: %w", err)
 	}
 	be, err := newBackend(env, o.backend, backendOptions{runtime: o.runtime})
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return o, inputs, be, nil
+	m, err := newManager(ctx, env, be)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return o, inputs, m, nil
 }
 
 // commandStreams returns where the command's stdout and stderr stream:
@@ -293,42 +258,6 @@ func writeJSON(w io.Writer, v any) error {
 	out.WriteByte('\n')
 	_, err = io.WriteString(w, out.String())
 	return err
-}
-
-// runOnce creates a sandbox, runs the command with its output streaming
-// to stdout and stderr (when not nil), collects artifacts and destroys the
-// sandbox, whatever happens in between: an error, or ctx ending (Ctrl-C).
-func runOnce(ctx context.Context, env *cliEnv, be sandbox.Backend, o *runOptions, inputs []inputFile, stdout, stderr io.Writer) (res sandbox.Result, err error) {
-	inst, err := be.Create(ctx, sandbox.Spec{Image: o.image, Policy: o.policy})
-	if err != nil {
-		return res, err
-	}
-	defer func() {
-		if derr := inst.Destroy(context.Background()); derr != nil && err == nil {
-			err = derr
-		}
-	}()
-	for _, in := range inputs {
-		f, err := os.Open(in.path)
-		if err != nil {
-			return res, fmt.Errorf("--input %s: %w", in.path, err)
-		}
-		err = inst.PutInput(ctx, in.name, f)
-		f.Close()
-		if err != nil {
-			return res, err
-		}
-	}
-	req := sandbox.ExecRequest{Cmd: o.cmd, Stdout: stdout, Stderr: stderr}
-	if o.stdin {
-		req.Stdin = env.stdin
-	}
-	res, err = inst.Exec(ctx, req)
-	if err != nil {
-		return res, err
-	}
-	res.Artifacts, err = collectArtifacts(ctx, inst, o)
-	return res, err
 }
 
 // reportRun tells, on stderr, what the streamed output cannot show.

@@ -1,0 +1,8 @@
+package session
+
+import "context"
+
+// codeContext is one interpreter context of a session.
+type codeContext struct{}
+
+func (c *codeContext) close(ctx context.Context) {}
