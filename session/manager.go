@@ -91,7 +91,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	reserved []reservation         // sessions being created, counted against the caps
+	reserved []reservation        // sessions being created, counted against the caps
 	ended    map[string]tombstone // sessions that ended, for a clear answer
 	closed   bool
 

@@ -237,7 +237,9 @@ func (s *Session) Processes() []*Process {
 func (p *Process) Stdin() io.WriteCloser { return p.proc.Stdin() }
 
 // Signal sends sig to the process.
-func (p *Process) Signal(ctx context.Context, sig syscall.Signal) error { return p.proc.Signal(ctx, sig) }
+func (p *Process) Signal(ctx context.Context, sig syscall.Signal) error {
+	return p.proc.Signal(ctx, sig)
+}
 
 // Wait waits for the process's Result.
 func (p *Process) Wait(ctx context.Context) (sandbox.Result, error) {
@@ -354,4 +356,3 @@ func (s *Session) destroy(ctx context.Context, reason string) error {
 	})
 	return err
 }
-
