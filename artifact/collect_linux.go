@@ -32,29 +32,49 @@ import (
 // cannot be created or written, descriptors run out) or when ctx ends; a
 // hostile tree yields verdicts.
 func CollectTo(ctx context.Context, src *os.File, dst Destination, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
-	w := &walker{c: newChecker(Normalize(p))}
 	root, err := openRoot(src)
 	if err != nil {
 		return nil, err
 	}
-	if dst.Dir != "" {
-		if w.dst, err = openDest(dst.Dir, dst.Overwrite); err != nil {
-			unix.Close(root)
-			return nil, err
-		}
-		defer w.dst.close()
-	} else {
-		if w.spool, err = newSpool(); err != nil {
-			unix.Close(root)
-			return nil, err
-		}
-		defer w.spool.Close()
+	w, err := newWalker(dst, p)
+	if err != nil {
+		unix.Close(root)
+		return nil, err
 	}
+	defer w.close()
 	if err := w.walkDir(ctx, os.NewFile(uintptr(root), "."), "", 0); err != nil {
 		return nil, err
 	}
+	return w.sorted(), nil
+}
+
+// newWalker readies a walk that writes to dst (or only decides, with
+// dst.Dir empty) under policy p; close releases it.
+func newWalker(dst Destination, p sandbox.ArtifactPolicy) (*walker, error) {
+	w := &walker{c: newChecker(Normalize(p))}
+	var err error
+	if dst.Dir != "" {
+		w.dst, err = openDest(dst.Dir, dst.Overwrite)
+	} else {
+		w.spool, err = newSpool()
+	}
+	return w, err
+}
+
+// close releases the destination or the spool file.
+func (w *walker) close() {
+	if w.dst != nil {
+		w.dst.close()
+	}
+	if w.spool != nil {
+		w.spool.Close()
+	}
+}
+
+// sorted returns the verdicts sorted by path.
+func (w *walker) sorted() []sandbox.Artifact {
 	slices.SortFunc(w.out, func(a, b sandbox.Artifact) int { return strings.Compare(a.Path, b.Path) })
-	return w.out, nil
+	return w.out
 }
 
 // openRoot opens the folder anew, so that reading its entries does not
@@ -197,18 +217,7 @@ func (w *walker) visitDir(ctx context.Context, dirfd int, rel, name string, dept
 
 // visitFile checks a regular file against the caps, then its content.
 func (w *walker) visitFile(ctx context.Context, dirfd int, rel, name string, st *unix.Stat_t) error {
-	p := w.c.p
-	left := p.MaxTotalBytes - w.total
-	switch {
-	case st.Size > p.MaxFileBytes:
-		w.refuse(rel, st.Size, fmt.Sprintf("file is %d bytes, over the cap of %d per file", st.Size, p.MaxFileBytes))
-		return nil
-	case st.Size > left:
-		w.refuse(rel, st.Size, fmt.Sprintf("file is %d bytes and would pass the cap of %d bytes in total", st.Size, p.MaxTotalBytes))
-		return nil
-	}
-	if why := w.c.checkExt(name); why != "" {
-		w.refuse(rel, st.Size, why)
+	if !w.fileFits(rel, name, st.Size) {
 		return nil
 	}
 	f, why, err := reopen(dirfd, name, st)
@@ -217,8 +226,36 @@ func (w *walker) visitFile(ctx context.Context, dirfd int, rel, name string, st 
 		return err
 	}
 	defer f.Close()
-	in := &countReader{r: f}
-	a, err := w.decide(ctx, rel, in, st.Size, min(p.MaxFileBytes, left))
+	return w.content(ctx, rel, f, st.Size)
+}
+
+// fileFits checks a file's claimed size against the caps and its name
+// against the extension allowlist, and refuses it when it fails either.
+func (w *walker) fileFits(rel, name string, size int64) bool {
+	p := w.c.p
+	left := p.MaxTotalBytes - w.total
+	why := ""
+	switch {
+	case size > p.MaxFileBytes:
+		why = fmt.Sprintf("file is %d bytes, over the cap of %d per file", size, p.MaxFileBytes)
+	case size > left:
+		why = fmt.Sprintf("file is %d bytes and would pass the cap of %d bytes in total", size, p.MaxTotalBytes)
+	default:
+		why = w.c.checkExt(name)
+	}
+	if why != "" {
+		w.refuse(rel, size, why)
+		return false
+	}
+	return true
+}
+
+// content runs the content rules on one file's bytes, counting what is
+// read against the total cap.
+func (w *walker) content(ctx context.Context, rel string, r io.Reader, size int64) error {
+	p := w.c.p
+	in := &countReader{r: r}
+	a, err := w.decide(ctx, rel, in, size, min(p.MaxFileBytes, p.MaxTotalBytes-w.total))
 	w.total += in.n
 	if err != nil {
 		return err

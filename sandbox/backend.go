@@ -180,6 +180,13 @@ type OutputDirOpener interface {
 	OpenOutputDir(ctx context.Context) (*os.File, error)
 }
 
+// OutputArchiver is implemented by instances that hand out
+// /workspace/output as a tar stream, for backends without a host folder;
+// the artifact filter reads it with the same rules (artifact.CollectTar).
+type OutputArchiver interface {
+	ArchiveOutput(ctx context.Context) (io.ReadCloser, error)
+}
+
 // NetworkAttacher is implemented by instances that can route egress: it
 // opens a listener whose connections come from inside the sandbox, where
 // processes reach it at EgressAddr. The caller serves the egress proxy on

@@ -313,16 +313,26 @@ func (s *Session) Collect(ctx context.Context, dst artifact.Destination) ([]sand
 		return nil, err
 	}
 	defer s.use()()
-	od, ok := s.inst.(sandbox.OutputDirOpener)
-	if !ok {
+	var arts []sandbox.Artifact
+	var err error
+	switch src := s.inst.(type) {
+	case sandbox.OutputDirOpener:
+		dir, oerr := src.OpenOutputDir(ctx)
+		if oerr != nil {
+			return nil, oerr
+		}
+		arts, err = artifact.CollectTo(ctx, dir, dst, s.policy.Artifacts)
+		dir.Close()
+	case sandbox.OutputArchiver:
+		tr, oerr := src.ArchiveOutput(ctx)
+		if oerr != nil {
+			return nil, oerr
+		}
+		arts, err = artifact.CollectTar(ctx, tr, dst, s.policy.Artifacts)
+		tr.Close()
+	default:
 		return nil, fmt.Errorf("backend %s cannot hand out its output folder: %w", s.backend, sandbox.ErrUnsupported)
 	}
-	dir, err := od.OpenOutputDir(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer dir.Close()
-	arts, err := artifact.CollectTo(ctx, dir, dst, s.policy.Artifacts)
 	if arts == nil {
 		arts = []sandbox.Artifact{}
 	}
