@@ -5,7 +5,8 @@
 //	go run ./bench/cmd/coldstart -n 200
 //
 // -airlock times a binary already built instead of building one; -cmd adds
-// commands to the rotation (NAME=ARGV..., split on spaces), which is how
+// commands to the rotation (NAME=[KEY=VALUE...] ARGV..., split on spaces;
+// leading KEY=VALUE words go into the command's environment), which is how
 // docs/COLDSTART.md compares experimental builds side by side:
 //
 //	go run ./bench/cmd/coldstart -n 200 -cmd 'patched=/tmp/airlock-x run -- /bin/true'
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"time"
 
@@ -26,13 +28,25 @@ type cmdFlags []bench.Cmd
 
 func (c *cmdFlags) String() string { return fmt.Sprint(len(*c)) }
 
+// envWord is a leading KEY=VALUE word of a -cmd, set in the command's
+// environment.
+var envWord = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+
 func (c *cmdFlags) Set(v string) error {
 	name, line, ok := strings.Cut(v, "=")
 	argv := strings.Fields(line)
-	if !ok || name == "" || len(argv) == 0 {
-		return fmt.Errorf("want NAME=COMMAND [ARG...], got %q", v)
+	var env []string
+	for len(argv) > 0 && envWord.MatchString(argv[0]) {
+		env, argv = append(env, argv[0]), argv[1:]
 	}
-	*c = append(*c, bench.Cmd{Name: name, Argv: argv})
+	if !ok || name == "" || len(argv) == 0 {
+		return fmt.Errorf("want NAME=[KEY=VALUE...] COMMAND [ARG...], got %q", v)
+	}
+	cmd := bench.Cmd{Name: name, Argv: argv}
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	*c = append(*c, cmd)
 	return nil
 }
 
@@ -41,7 +55,7 @@ func main() {
 	bin := flag.String("airlock", "", "airlock binary to time (default: build ./cmd/airlock of this module into a temporary folder)")
 	ref := flag.String("ref", bench.Bwrap, "command the ratios are to")
 	var extra cmdFlags
-	flag.Var(&extra, "cmd", "NAME=COMMAND [ARG...] to time as well (repeatable)")
+	flag.Var(&extra, "cmd", "NAME=[KEY=VALUE...] COMMAND [ARG...] to time as well (repeatable)")
 	flag.Parse()
 	if err := run(*n, *bin, *ref, extra); err != nil {
 		fmt.Fprintln(os.Stderr, "coldstart:", err)
