@@ -391,20 +391,17 @@ func (cg *cgroup) each(f func(hy *hierarchy, dir string) error) error {
 	return nil
 }
 
-// split makes the init and procs folders, moves init into its own, and
-// hands the sandbox's v2 folder to the sandbox's root (owner: host id
-// owner), so that init may start processes below it: CLONE_INTO_CGROUP
-// checks the caller's write access to the target and to the common
-// ancestor of source and target.
-func (cg *cgroup) split(initPid, owner int) error {
+// prepare makes the init and procs folders before init starts, and hands
+// the sandbox's v2 folder to the sandbox's root (owner: host id owner),
+// so that init may start processes below it: CLONE_INTO_CGROUP checks the
+// caller's write access to the target and to the common ancestor of
+// source and target.
+func (cg *cgroup) prepare(owner int) error {
 	return cg.each(func(hy *hierarchy, d string) error {
 		for _, sub := range []string{cgInit, cgProcs} {
 			if err := os.Mkdir(filepath.Join(d, sub), 0o755); err != nil {
 				return fmt.Errorf("cgroup: %w", err)
 			}
-		}
-		if err := writeFile(filepath.Join(d, cgInit), "cgroup.procs", strconv.Itoa(initPid)); err != nil {
-			return err
 		}
 		if !hy.v2 {
 			return nil
@@ -415,6 +412,34 @@ func (cg *cgroup) split(initPid, owner int) error {
 			}
 		}
 		return os.Chown(filepath.Join(d, "cgroup.procs"), owner, owner)
+	})
+}
+
+// initDir opens init's v2 folder for CLONE_INTO_CGROUP, where the host
+// has one; nil otherwise.
+func (cg *cgroup) initDir() (*os.File, error) {
+	for hy, d := range cg.dirs {
+		if hy.v2 {
+			f, err := os.OpenFile(filepath.Join(d, cgInit), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return nil, fmt.Errorf("cgroup: %w", err)
+			}
+			return f, nil
+		}
+	}
+	return nil, nil
+}
+
+// placeInit moves init into its folder in every v1 hierarchy (it started
+// in its v2 folder already). A migration waits for the kernel's RCU grace
+// period, milliseconds on hosts whose cgroup2 mount lacks favordynmods, so
+// callers run it beside init's boot.
+func (cg *cgroup) placeInit(pid int) error {
+	return cg.each(func(hy *hierarchy, d string) error {
+		if hy.v2 {
+			return nil
+		}
+		return writeFile(filepath.Join(d, cgInit), "cgroup.procs", strconv.Itoa(pid))
 	})
 }
 

@@ -36,6 +36,8 @@ type instance struct {
 	ids      *idLease // the host id range; nil rootless
 	hostRoot int      // host uid and gid of the sandbox's root
 	dead     chan struct{}
+	placed   chan struct{} // closed once init is in its v1 cgroup folders; nil before boot
+	noexec   chan error    // vm.memfd_noexec's outcome, once
 	files    files
 
 	seq     atomic.Uint64
@@ -109,6 +111,9 @@ func (i *instance) bootInit(h *hostInfo) error {
 			return err
 		}
 		i.cg = cg
+		if err := cg.prepare(i.hostRoot); err != nil {
+			return err
+		}
 	}
 	ours, theirs, err := nsinit.SocketPair()
 	if err != nil {
@@ -116,6 +121,18 @@ func (i *instance) bootInit(h *hostInfo) error {
 	}
 	i.initErr = command.NewCapBuffer(16<<10, nil)
 	i.cmd = initCommand(h, theirs, i.initErr, i.hostRoot)
+	if i.cg != nil {
+		dir, err := i.cg.initDir()
+		if err != nil {
+			theirs.Close()
+			ours.Close()
+			return err
+		}
+		if dir != nil {
+			defer dir.Close()
+			i.cmd.SysProcAttr.UseCgroupFD, i.cmd.SysProcAttr.CgroupFD = true, int(dir.Fd())
+		}
+	}
 	owner := -1
 	if h.root {
 		owner = i.hostRoot
@@ -138,10 +155,26 @@ func (i *instance) bootInit(h *hostInfo) error {
 	if i.ch, err = nsinit.NewChannel(ours); err != nil {
 		return err
 	}
-	if i.cg != nil {
-		if err := i.cg.split(i.cmd.Process.Pid, i.hostRoot); err != nil {
-			return err
+	// Init's move into its v1 folders runs beside everything else: a
+	// migration waits for an RCU grace period on most hosts. Until it
+	// lands, init's own threads count against the supervisor's cgroup;
+	// every command starts in its own folder regardless (nsinit.ExecSpec).
+	i.placed = make(chan struct{})
+	go func() {
+		defer close(i.placed)
+		if i.cg != nil {
+			if err := i.cg.placeInit(i.cmd.Process.Pid); err != nil {
+				i.backend.opts.Logger.Warn("moving init into its cgroup", "err", err)
+			}
 		}
+	}()
+	// vm.memfd_noexec is set beside init's start; configure waits for it
+	// before init takes its config.
+	i.noexec = make(chan error, 1)
+	if h.root {
+		go func() { i.noexec <- setMemfdNoexec(i.cmd.Process.Pid) }()
+	} else {
+		i.noexec <- nil
 	}
 	// Init says hello once its runtime is up; a prestarted sandbox is
 	// only ready to hand out after that.
@@ -150,13 +183,7 @@ func (i *instance) bootInit(h *hostInfo) error {
 	if err != nil || m.Op != nsinit.OpHello {
 		return fmt.Errorf("sandbox init did not start: %v %q%s", err, m.Op, i.initStderr())
 	}
-	noexec := make(chan error, 1)
-	if h.root {
-		go func() { noexec <- setMemfdNoexec(i.cmd.Process.Pid) }()
-	} else {
-		noexec <- nil
-	}
-	return <-noexec
+	return nil
 }
 
 // configure sets the policy's cgroup limits, hands init its root plan and
@@ -177,6 +204,10 @@ func (i *instance) configure(ctx context.Context, h *hostInfo, plan []nsinit.Roo
 	}
 	if i.policy.Network.Enabled() {
 		cfg.EgressPort = egressPort
+	}
+	// No process may start before memfds are refused execution.
+	if err := <-i.noexec; err != nil {
+		return err
 	}
 	var binds []*os.File
 	if h.root {
@@ -420,6 +451,9 @@ func (i *instance) Destroy(ctx context.Context) error {
 			i.destroyErr = fmt.Errorf("sandbox %s: init not reaped after %v", i.id, waitTimeout)
 		}
 		i.procs.Wait()
+		if i.placed != nil {
+			<-i.placed
+		}
 		i.mu.Lock()
 		for _, f := range []**os.File{&i.outDir, &i.egress} {
 			if *f != nil {

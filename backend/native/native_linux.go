@@ -289,7 +289,8 @@ func becomeOwner(owner int) error {
 // (pid): no memfd made there can ever be executed. The value is per pid
 // namespace and only host root may write it, from inside that namespace:
 // a locked thread joins init's pid namespace for its children and starts
-// this binary there (nsinit.Arg0Sysctl), which writes it.
+// a writer there: the host's sh, which starts in a millisecond, or, on a
+// host without one, this binary (nsinit.Arg0Sysctl).
 func setMemfdNoexec(pid int) error {
 	done := make(chan error, 1)
 	go func() {
@@ -307,6 +308,9 @@ func setMemfdNoexec(pid int) error {
 		}
 		cmd := exec.Command("/proc/self/exe")
 		cmd.Args = []string{nsinit.Arg0Sysctl}
+		if sh, err := exec.LookPath("/bin/sh"); err == nil {
+			cmd = exec.Command(sh, "-c", "echo 2 > /proc/sys/vm/memfd_noexec")
+		}
 		cmd.Env = []string{}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
