@@ -55,11 +55,16 @@ func newBackend(env *cliEnv, name string, o backendOptions) (sandbox.Backend, er
 // names through the image store when there is one. Closing it closes the
 // backend.
 func newManager(ctx context.Context, env *cliEnv, be sandbox.Backend) (*session.Manager, error) {
-	var images image.Lookup
+	return session.New(ctx, session.Options{Backends: map[string]sandbox.Backend{be.Name(): be}, Images: imageStoreLookup(env)})
+}
+
+// imageStoreLookup is the default image store as a Lookup, nil when there
+// is none (an untyped nil, for callers that compare with nil).
+func imageStoreLookup(env *cliEnv) image.Lookup {
 	if store := imageStore(env); store != nil {
-		images = store
+		return store
 	}
-	return session.New(ctx, session.Options{Backends: map[string]sandbox.Backend{be.Name(): be}, Images: images})
+	return nil
 }
 
 // imageStore opens the default image store, or returns nil when there is
