@@ -365,9 +365,12 @@ type bodyRecorder struct {
 	body   []byte
 }
 
-func (b *bodyRecorder) Header() http.Header         { return b.header }
-func (b *bodyRecorder) WriteHeader(int)             {}
-func (b *bodyRecorder) Write(p []byte) (int, error) { b.body = append(b.body, p...); return len(p), nil }
+func (b *bodyRecorder) Header() http.Header { return b.header }
+func (b *bodyRecorder) WriteHeader(int)     {}
+func (b *bodyRecorder) Write(p []byte) (int, error) {
+	b.body = append(b.body, p...)
+	return len(p), nil
+}
 
 // stream writes NDJSON events as they come, one line each, flushed.
 type stream struct {
