@@ -125,12 +125,33 @@ type rootlessResult struct {
 	Detail string `json:"detail"`
 }
 
+// say reports one check of a child on stdout.
+func say(name string, ok bool, detail any) {
+	_ = json.NewEncoder(os.Stdout).Encode(rootlessResult{name, ok, fmt.Sprint(detail)})
+}
+
+// childSandbox creates the one sandbox of a child's checks and returns a
+// function that runs argv plus a script in it; nil when it cannot start
+// (said already).
+func childSandbox(be *native.Backend, p sandbox.Policy, argv ...string) (sandbox.Instance, func(script string) sandbox.Result) {
+	ctx := context.Background()
+	p, _ = p.Normalize()
+	inst, err := be.Create(ctx, sandbox.Spec{Image: sandbox.HostImage(), Policy: p})
+	if err != nil {
+		say("create", false, err)
+		return nil, nil
+	}
+	return inst, func(script string) sandbox.Result {
+		res, err := sandbox.Exec(ctx, inst, sandbox.ProcessSpec{Cmd: append(argv, script)})
+		if err != nil {
+			say("exec "+script, false, err)
+		}
+		return res
+	}
+}
+
 // rootlessChecks runs as an unprivileged user and reports on stdout.
 func rootlessChecks() int {
-	enc := json.NewEncoder(os.Stdout)
-	say := func(name string, ok bool, detail any) {
-		_ = enc.Encode(rootlessResult{name, ok, fmt.Sprint(detail)})
-	}
 	ctx := context.Background()
 	be := native.New(native.Options{})
 	if err := be.Probe(ctx); err != nil {
@@ -140,20 +161,11 @@ func rootlessChecks() int {
 	strict, _ := sandbox.Policy{Strict: true}.Normalize()
 	_, err := be.Create(ctx, sandbox.Spec{Image: sandbox.HostImage(), Policy: strict})
 	say("strict policy refused without cgroups", errors.Is(err, sandbox.ErrUnsupported), err)
-	p, _ := sandbox.Policy{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Timeout: sandbox.Duration(3 * time.Second)}}.Normalize()
-	inst, err := be.Create(ctx, sandbox.Spec{Image: sandbox.HostImage(), Policy: p})
-	if err != nil {
-		say("create", false, err)
+	inst, run := childSandbox(be, sandbox.Policy{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Timeout: sandbox.Duration(3 * time.Second)}}, "sh", "-c")
+	if inst == nil {
 		return 0
 	}
 	defer inst.Destroy(ctx)
-	run := func(script string) sandbox.Result {
-		res, err := sandbox.Exec(ctx, inst, sandbox.ProcessSpec{Cmd: []string{"sh", "-c", script}})
-		if err != nil {
-			say("exec "+script, false, err)
-		}
-		return res
-	}
 	res := run(`echo "$(id -u) $(grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t\n' '  ')"`)
 	say("runs as 1000 with no capabilities", strings.HasPrefix(res.Stdout, "1000 CapEff: 0000000000000000 CapBnd: 0000000000000000 NoNewPrivs: 1 Seccomp: 2"), res.Stdout+res.Stderr)
 	say("weaker layers reported", strings.Contains(strings.Join(res.Weakened, ";"), "cgroup memory") && strings.Contains(strings.Join(res.Weakened, ";"), "RLIMIT_AS"), res.Weakened)
@@ -286,26 +298,12 @@ func runRootlessChild(t *testing.T, mode string, place func(pid int), want int) 
 // rootlessCgroupChecks runs as an unprivileged user inside cgroups
 // delegated to it, and reports on stdout.
 func rootlessCgroupChecks() int {
-	enc := json.NewEncoder(os.Stdout)
-	say := func(name string, ok bool, detail any) {
-		_ = enc.Encode(rootlessResult{name, ok, fmt.Sprint(detail)})
-	}
-	ctx := context.Background()
-	be := native.New(native.Options{})
-	p, _ := sandbox.Policy{Limits: sandbox.Limits{MemoryBytes: 64 << 20, CPUs: 0.5, Timeout: sandbox.Duration(30 * time.Second)}}.Normalize()
-	inst, err := be.Create(ctx, sandbox.Spec{Image: sandbox.HostImage(), Policy: p})
-	if err != nil {
-		say("create", false, err)
+	inst, run := childSandbox(native.New(native.Options{}),
+		sandbox.Policy{Limits: sandbox.Limits{MemoryBytes: 64 << 20, CPUs: 0.5, Timeout: sandbox.Duration(30 * time.Second)}}, "python3", "-c")
+	if inst == nil {
 		return 0
 	}
-	defer inst.Destroy(ctx)
-	run := func(script string) sandbox.Result {
-		res, err := sandbox.Exec(ctx, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", script}})
-		if err != nil {
-			say("exec", false, err)
-		}
-		return res
-	}
+	defer inst.Destroy(context.Background())
 	res := run("print('hi')")
 	weak := strings.Join(res.Weakened, "; ")
 	say("no rlimit fallback for the caps", res.Stdout == "hi\n" && !strings.Contains(weak, "RLIMIT") && !strings.Contains(weak, "cgroup "), weak)
