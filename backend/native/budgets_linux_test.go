@@ -1,10 +1,8 @@
 package native_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -83,25 +81,7 @@ func TestBudgetsChargedToTheSandbox(t *testing.T) {
 		t.Run(what, func(t *testing.T) {
 			a := backendtest.Create(t, be, sandbox.HostImage(), p)
 			b := backendtest.Create(t, be, sandbox.HostImage(), p)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			pr, pw := io.Pipe()
-			holder, err := a.Start(ctx, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", budgetProbe, what, "hold"}, Stdout: pw, KeepAlive: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			line := make(chan string, 1)
-			go func() {
-				l, _ := bufio.NewReader(pr).ReadString('\n')
-				line <- l
-				_, _ = io.Copy(io.Discard, pr)
-			}()
-			var held string
-			select {
-			case held = <-line:
-			case <-time.After(90 * time.Second):
-				t.Fatal("the holder never said what it held")
-			}
+			held := backendtest.StartHolder(t, a, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", budgetProbe, what, "hold"}}, 90*time.Second)
 			if !strings.HasPrefix(held, "held ") {
 				t.Fatalf("holder: %q", held)
 			}
@@ -114,8 +94,6 @@ func TestBudgetsChargedToTheSandbox(t *testing.T) {
 			if strings.TrimSpace(res.Stdout) != "ok" {
 				t.Errorf("sandbox B while sandbox A holds %s: %q %q", what, res.Stdout, res.Stderr)
 			}
-			_ = holder.Signal(ctx, 9)
-			pw.Close()
 		})
 	}
 }
