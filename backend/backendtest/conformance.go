@@ -131,6 +131,14 @@ func (s *suite) testInputs(t *testing.T) {
 			t.Errorf("put input %q = %v, want ErrInvalid", bad, err)
 		}
 	}
+	// the input cap holds for the files together
+	small := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.InputBytes = 2 << 20 }))
+	if err := putInput(ctx, small, "one.bin", io.LimitReader(zeros{}, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := putInput(ctx, small, "two.bin", io.LimitReader(zeros{}, 3<<20/2)); !errors.Is(err, sandbox.ErrLimit) {
+		t.Errorf("inputs past the input cap: %v, want ErrLimit", err)
+	}
 	// an input put again replaces the old one; the code still cannot
 	if err := putInput(ctx, inst, "data.csv", strings.NewReader("again")); err != nil {
 		t.Fatal(err)
