@@ -266,3 +266,43 @@ func (c Capabilities) Weakened() []string {
 	}
 	return out
 }
+
+// Record is what a session says of itself beside its sandbox, for other
+// airlock processes serving the same backend (replicas of airlock serve
+// over one Kubernetes cluster): who owns it, how long it lives.
+type Record struct {
+	Owner   string    `json:"owner"`
+	Backend string    `json:"backend"`
+	Image   string    `json:"image"`
+	Created time.Time `json:"created"`
+	Expires time.Time `json:"expires"`
+	// Idle is the session's idle timeout.
+	Idle     Duration          `json:"idle"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	Pooled   bool              `json:"pooled,omitempty"`
+	// Policy is the sandbox's normalized policy.
+	Policy Policy `json:"policy"`
+}
+
+// Recorder is implemented by instances whose backend keeps a Record
+// where other airlock processes find it (see Recoverer).
+type Recorder interface {
+	// SetRecord stores rec with the sandbox, replacing what was there.
+	SetRecord(ctx context.Context, rec Record) error
+	// Touch says the sandbox was used now. It does not block; the
+	// backend may coalesce calls.
+	Touch()
+	// Touched is when any airlock process last said so, as far as this
+	// one knows; zero when none did.
+	Touched() time.Time
+}
+
+// Recoverer is implemented by backends whose sandboxes other airlock
+// processes can reach and use.
+type Recoverer interface {
+	// Recover finds sandbox id, which another airlock process may have
+	// created, and returns it with its Record. Errors wrap ErrNotFound
+	// when there is no such sandbox, or it has no record (no session
+	// holds it), or it has ended.
+	Recover(ctx context.Context, id string) (Instance, Record, error)
+}

@@ -63,9 +63,11 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// session finds the request's session of tenant t.
+// session finds the request's session of tenant t: one this process
+// holds, or one another airlock process created on a backend that shares
+// its sandboxes (a cluster served by several replicas).
 func (s *Server) session(r *http.Request, t *Tenant) (*session.Session, error) {
-	return s.opts.Manager.Get(t.Name, r.PathValue("id"))
+	return s.opts.Manager.Find(r.Context(), t.Name, r.PathValue("id"))
 }
 
 func sessionInfo(i session.Info) api.Session {

@@ -245,6 +245,11 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 	s.owner, s.metadata = o.Owner, cloneMap(o.Metadata)
 	s.created, s.expires, s.idle = now, now.Add(ttl), idle
 	s.lastUsed.Store(now.UnixNano())
+	if err := s.publish(ctx); err != nil {
+		m.release(o.Owner)
+		_ = s.destroy(context.Background(), "its record could not be kept")
+		return nil, fmt.Errorf("session %s: keep its record beside the sandbox: %w", s.id, err)
+	}
 	m.mu.Lock()
 	m.dropReservation(o.Owner)
 	if m.closed {

@@ -20,6 +20,7 @@ type Observer interface {
 const (
 	EventCreated  = "session_created"
 	EventEnded    = "session_ended"
+	EventAdopted  = "session_adopted" // a session another airlock process created, found beside its sandbox
 	EventExec     = "exec"
 	EventCode     = "code"
 	EventEgress   = "egress"

@@ -51,7 +51,7 @@ func (m *Manager) Count() int {
 
 // Destroy ends owner's session id.
 func (m *Manager) Destroy(ctx context.Context, owner, id string) error {
-	s, err := m.Get(owner, id)
+	s, err := m.Find(ctx, owner, id)
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func (m *Manager) reapOnce() {
 		switch {
 		case now.After(s.expiresAt()):
 			dues = append(dues, due{s, "expired (its TTL passed)"})
-		case s.busy.Load() == 0 && now.Sub(time.Unix(0, s.lastUsed.Load())) > s.idle:
+		case s.busy.Load() == 0 && now.Sub(s.lastUse()) > s.idle:
 			dues = append(dues, due{s, fmt.Sprintf("ended after %v idle", s.idle)})
 		}
 	}

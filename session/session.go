@@ -113,15 +113,19 @@ func (s *Session) SetTTL(ttl time.Duration) error {
 		return fmt.Errorf("ttl %v out of range (up to %v): %w", ttl, s.m.opts.MaxTTL, sandbox.ErrInvalid)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.expiry = s.m.now().Add(ttl)
-	return nil
+	s.mu.Unlock()
+	// a shared session's other holders reap it by the record
+	ctx, cancel := context.WithTimeout(context.Background(), recoverWait)
+	defer cancel()
+	return s.publish(ctx)
 }
 
 // use marks the session used now and busy until the returned func runs.
 func (s *Session) use() func() {
 	s.busy.Add(1)
 	s.lastUsed.Store(s.m.now().UnixNano())
+	s.touch()
 	return func() {
 		s.lastUsed.Store(s.m.now().UnixNano())
 		s.busy.Add(-1)

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/artifact"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -247,12 +248,12 @@ func (s *suite) testOutputs(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Fatalf("write output: %d %s", res.ExitCode, res.Stderr)
 	}
-	dir, err := openOutput(context.Background(), inst)
-	if err != nil {
-		t.Fatal(err)
+	dst := t.TempDir()
+	arts, err := collectOutput(context.Background(), inst, dst, artifact.Normalize(sandbox.ArtifactPolicy{}))
+	if err != nil || len(arts) != 1 || arts[0].Path != "sub/r.txt" || arts[0].Verdict != sandbox.VerdictAccepted {
+		t.Fatalf("the output judged: %+v %v", arts, err)
 	}
-	defer dir.Close()
-	b, err := readBeneath(dir, "sub/r.txt")
+	b, err := os.ReadFile(filepath.Join(dst, "sub", "r.txt"))
 	if err != nil || string(b) != "result\n" {
 		t.Errorf("output read back as %q, %v", b, err)
 	}

@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // security runs the attack suite of SECURITY-SUITE.md.
@@ -241,18 +239,4 @@ func hostProcesses(mark string) []int {
 		}
 	}
 	return pids
-}
-
-// readBeneath reads a file under dir without following any link.
-func readBeneath(dir *os.File, rel string) ([]byte, error) {
-	fd, err := unix.Openat2(int(dir.Fd()), rel, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(fd), rel)
-	defer f.Close()
-	return io.ReadAll(f)
 }

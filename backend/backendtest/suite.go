@@ -10,13 +10,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/artifact"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -145,14 +145,27 @@ func putInput(ctx context.Context, inst sandbox.Instance, name string, r io.Read
 	return err
 }
 
-// openOutput opens /workspace/output of a backend whose files are host
-// folders.
-func openOutput(ctx context.Context, inst sandbox.Instance) (*os.File, error) {
-	o, ok := inst.(sandbox.OutputDirOpener)
-	if !ok {
-		return nil, fmt.Errorf("backend cannot open /workspace/output as a host folder: %w", sandbox.ErrUnsupported)
+// collectOutput runs the artifact filter over /workspace/output into
+// dst: walked in place where the backend opens it as a host folder, else
+// read from the backend's tar stream (OutputArchiver), with the same rules.
+func collectOutput(ctx context.Context, inst sandbox.Instance, dst string, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
+	switch o := inst.(type) {
+	case sandbox.OutputDirOpener:
+		dir, err := o.OpenOutputDir(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer dir.Close()
+		return artifact.Collect(ctx, dir, dst, p)
+	case sandbox.OutputArchiver:
+		tr, err := o.ArchiveOutput(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer tr.Close()
+		return artifact.CollectTar(ctx, tr, artifact.Destination{Dir: dst}, p)
 	}
-	return o.OpenOutputDir(ctx)
+	return nil, fmt.Errorf("backend hands out /workspace/output neither as a host folder nor as a tar stream: %w", sandbox.ErrUnsupported)
 }
 
 // Exec runs a process to its end and fails the test on an infrastructure

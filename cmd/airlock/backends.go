@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/docker"
 	"github.com/airlock-sandbox/airlock/backend/gvisor"
+	"github.com/airlock-sandbox/airlock/backend/kubernetes"
 	"github.com/airlock-sandbox/airlock/backend/native"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -15,7 +16,7 @@ import (
 )
 
 // backendNames lists the backends this binary can run, in doctor's order.
-var backendNames = []string{"native", "docker", "gvisor"}
+var backendNames = []string{"native", "docker", "gvisor", "kubernetes"}
 
 // backendOptions are the settings of a backend that the command line
 // gives; they apply to the backends that know them.
@@ -47,6 +48,8 @@ func newBackend(env *cliEnv, name string, o backendOptions) (sandbox.Backend, er
 			runsc, _ = exec.LookPath("runsc")
 		}
 		return gvisor.New(gvisor.Options{Runsc: runsc}), nil
+	case "kubernetes":
+		return kubernetes.New(kubernetesOptions(env)), nil
 	}
 	return nil, fmt.Errorf("unknown backend %q (have: %s): %w", name, strings.Join(backendNames, ", "), sandbox.ErrInvalid)
 }
@@ -79,4 +82,22 @@ func imageStore(env *cliEnv) *image.Store {
 		return nil
 	}
 	return s
+}
+
+// kubernetesOptions reads the kubernetes backend's settings from the
+// environment: the cluster from KUBECONFIG (else the Pod's in-cluster
+// configuration), the rest from AIRLOCK_K8S_* (see docs/KUBERNETES.md).
+func kubernetesOptions(env *cliEnv) kubernetes.Options {
+	o := kubernetes.Options{
+		Namespace:    env.getenv("AIRLOCK_K8S_NAMESPACE"),
+		RuntimeClass: env.getenv("AIRLOCK_K8S_RUNTIME_CLASS"),
+		Unsandboxed:  env.getenv("AIRLOCK_K8S_UNSANDBOXED") == "1",
+		AgentImage:   env.getenv("AIRLOCK_K8S_AGENT_IMAGE"),
+		PullPolicy:   env.getenv("AIRLOCK_K8S_PULL_POLICY"),
+		Replica:      env.getenv("AIRLOCK_REPLICA"),
+	}
+	if prefix := env.getenv("AIRLOCK_K8S_IMAGE_PREFIX"); prefix != "" {
+		o.ImageRef = kubernetes.DefaultImageRef(prefix)
+	}
+	return o
 }

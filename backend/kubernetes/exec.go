@@ -1,0 +1,122 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/airlock-sandbox/airlock/backend/internal/dirfs"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+)
+
+// Containers of a sandbox Pod.
+const (
+	sandboxContainer = "sandbox"
+	filesContainer   = "files"
+)
+
+// agentInFiles is where the agent lies in its own image, which the files
+// container runs.
+const agentInFiles = "/airlock-k8s-agent"
+
+// execStream runs argv in a container of pod over the exec API and copies
+// its stdin, stdout and stderr until it ends or ctx does. It speaks
+// WebSocket to the API server and falls back to SPDY when the server
+// does not upgrade to it. A command that exits non-zero gives an error
+// with ExitStatus (see exitStatus).
+func (b *Backend) execStream(ctx context.Context, pod, container string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	req := b.client.CoreV1().RESTClient().Post().Namespace(b.ns).Resource("pods").Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: argv,
+			Stdin: stdin != nil, Stdout: stdout != nil, Stderr: stderr != nil}, scheme.ParameterCodec)
+	u := req.URL()
+	ws, err := remotecommand.NewWebSocketExecutor(b.config, "GET", u.String())
+	if err != nil {
+		return err
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(b.config, "POST", u)
+	if err != nil {
+		return err
+	}
+	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return err
+	}
+	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Stderr: stderr})
+}
+
+// exitStatus is the exit status an exec's error reports, and whether it
+// reports one (the command ran and ended).
+func exitStatus(err error) (int, bool) {
+	var ee utilexec.ExitError
+	if errors.As(err, &ee) && ee.Exited() {
+		return ee.ExitStatus(), true
+	}
+	return 0, false
+}
+
+// fileOp runs one agent file operation in the files container: stdin (if
+// any) is its input; what it prints goes to stdout. A failure the agent
+// reports is mapped to sandbox's sentinels.
+func (i *instance) fileOp(ctx context.Context, stdin io.Reader, stdout io.Writer, op string, args ...string) error {
+	if err := i.alive(); err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	argv := append([]string{agentInFiles, "file", op}, args...)
+	err := i.b.execStream(ctx, i.pod, filesContainer, argv, stdin, stdout, &limitedWriter{w: &stderr, n: 64 << 10})
+	if err == nil {
+		return nil
+	}
+	if _, exited := exitStatus(err); exited {
+		var e dirfs.Error
+		if jerr := json.Unmarshal(bytes.TrimSpace(stderr.Bytes()), &e); jerr == nil && e.Msg != "" {
+			return fileError(&e)
+		}
+		return fmt.Errorf("file %s %s: %v: %s", op, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return i.streamError(fmt.Sprintf("file %s", op), err)
+}
+
+// fileError maps the agent's error kinds to the sandbox's sentinels.
+func fileError(e *dirfs.Error) error {
+	var s error
+	switch e.Kind {
+	case dirfs.Invalid:
+		s = sandbox.ErrInvalid
+	case dirfs.NotFound:
+		s = sandbox.ErrNotFound
+	case dirfs.Exist:
+		s = sandbox.ErrExist
+	case dirfs.Limit:
+		s = sandbox.ErrLimit
+	default:
+		return errors.New(e.Msg)
+	}
+	return fmt.Errorf("%s: %w", e.Msg, s)
+}
+
+// limitedWriter keeps at most n bytes and drops the rest.
+type limitedWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(int64(len(p)), l.n)
+		_, _ = l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}
