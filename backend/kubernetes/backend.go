@@ -476,11 +476,26 @@ func (b *Backend) liveReplicas(ctx context.Context) map[string]bool {
 		return nil
 	}
 	for _, l := range leases.Items {
-		if l.Spec.RenewTime != nil && time.Since(l.Spec.RenewTime.Time) < leaseExpiry {
+		switch age := leaseAge(&l); {
+		case age < leaseExpiry:
 			live[l.Labels[labelReplica]] = true
+		case age > leaseForget:
+			// a replica that died long ago: its Lease goes too
+			_ = b.client.CoordinationV1().Leases(b.ns).Delete(ctx, l.Name, metav1.DeleteOptions{})
 		}
 	}
 	return live
+}
+
+// leaseForget is when the Lease of a replica that stopped renewing it is
+// removed.
+const leaseForget = 10 * time.Minute
+
+func leaseAge(l *coordinationv1.Lease) time.Duration {
+	if l.Spec.RenewTime == nil {
+		return time.Since(l.CreationTimestamp.Time)
+	}
+	return time.Since(l.Spec.RenewTime.Time)
 }
 
 // deletePod deletes a sandbox Pod at once (no grace: its processes get

@@ -9,8 +9,8 @@ import (
 	"io"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/backend/internal/command"
 	"github.com/airlock-sandbox/airlock/backend/internal/dirfs"
-	"github.com/airlock-sandbox/airlock/sandbox"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -81,29 +81,11 @@ func (i *instance) fileOp(ctx context.Context, stdin io.Reader, stdout io.Writer
 	if _, exited := exitStatus(err); exited {
 		var e dirfs.Error
 		if jerr := json.Unmarshal(bytes.TrimSpace(stderr.Bytes()), &e); jerr == nil && e.Msg != "" {
-			return fileError(&e)
+			return command.FileError(&e)
 		}
 		return fmt.Errorf("file %s %s: %v: %s", op, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return i.streamError(fmt.Sprintf("file %s", op), err)
-}
-
-// fileError maps the agent's error kinds to the sandbox's sentinels.
-func fileError(e *dirfs.Error) error {
-	var s error
-	switch e.Kind {
-	case dirfs.Invalid:
-		s = sandbox.ErrInvalid
-	case dirfs.NotFound:
-		s = sandbox.ErrNotFound
-	case dirfs.Exist:
-		s = sandbox.ErrExist
-	case dirfs.Limit:
-		s = sandbox.ErrLimit
-	default:
-		return errors.New(e.Msg)
-	}
-	return fmt.Errorf("%s: %w", e.Msg, s)
 }
 
 // limitedWriter keeps at most n bytes and drops the rest.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +25,9 @@ import (
 var replica = "test-" + strconv.Itoa(os.Getpid())
 
 func TestMain(m *testing.M) {
+	if name := os.Getenv(replicaEnv); name != "" {
+		os.Exit(serveReplica(name))
+	}
 	os.Exit(backendtest.Main(m, leftovers))
 }
 
@@ -51,7 +55,7 @@ func client() (k8s.Interface, string) {
 }
 
 // leftovers lists the sandbox Pods and NetworkPolicies of this test
-// process that are still there.
+// process (its replicas' names start with replica) that are still there.
 func leftovers() []string {
 	c, ns := client()
 	if c == nil {
@@ -59,14 +63,15 @@ func leftovers() []string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	sel := metav1.ListOptions{LabelSelector: "airlock.dev/replica=" + replica}
 	var out []string
-	pods, err := c.CoreV1().Pods(ns).List(ctx, sel)
+	pods, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=airlock"})
 	if err != nil {
 		return []string{"listing the Pods: " + err.Error()}
 	}
 	for _, p := range pods.Items {
-		out = append(out, "pod "+p.Name+" ("+string(p.Status.Phase)+")")
+		if strings.HasPrefix(p.Labels["airlock.dev/replica"], replica) {
+			out = append(out, "pod "+p.Name+" ("+string(p.Status.Phase)+")")
+		}
 	}
 	nps, err := c.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=airlock"})
 	if err == nil {

@@ -37,8 +37,6 @@ step() { echo "k8s build: $*" >&2; }
 fail() { echo "k8s build: error: $*" >&2; exit 1; }
 
 mkdir -p "$cache"
-exec 9>"$cache/.build.lock"
-flock 9
 
 tmp=$(mktemp -d)
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -167,7 +165,13 @@ build_pause() {
 	done
 }
 
+# each part under a lock of its own, so that two builds of one part never
+# race and different parts may build at once
 for part in ${@:-kubernetes containerd shim pause}; do
-	"build_$part"
+	(
+		exec 9>"$cache/.build-$part.lock"
+		flock 9
+		"build_$part"
+	)
 done
 echo "$cache"
