@@ -22,6 +22,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 )
 
 // Cmd is one command to time.
@@ -264,29 +266,14 @@ func (g goInvocation) dirOutput(dir string) (string, error) {
 	return string(out), nil
 }
 
-// cgroupGlobs find sandbox cgroups: airlock names them
-// <hierarchy>/airlock/PID-START-ID after the owning airlock process, on v1
-// hierarchies, a hybrid host's unified one, and a pure v2 host.
-var cgroupGlobs = []string{"/sys/fs/cgroup/*/airlock/*", "/sys/fs/cgroup/airlock/*"}
-
 // Leftovers lists what the processes the runner started left behind:
 // sandbox cgroups named after one of them, live processes running the
 // binary exe (a sandbox's init is that binary, re-executed), and anything
 // in tmpDir (the TMPDIR given to airlock).
 func (r *Runner) Leftovers(exe, tmpDir string) []string {
-	ours := map[string]bool{}
-	for _, p := range r.Pids {
-		ours[strconv.Itoa(p)] = true
-	}
 	var left []string
-	for _, g := range cgroupGlobs {
-		ms, _ := filepath.Glob(g)
-		for _, m := range ms {
-			owner, _, _ := strings.Cut(filepath.Base(m), "-")
-			if st, err := os.Stat(m); err == nil && st.IsDir() && ours[owner] {
-				left = append(left, "cgroup "+m)
-			}
-		}
+	for _, d := range leakcheck.Cgroups(r.Pids...) {
+		left = append(left, "cgroup "+d)
 	}
 	if tmpDir != "" {
 		ents, _ := os.ReadDir(tmpDir)
