@@ -87,6 +87,12 @@ func (i *instance) Start(ctx context.Context, ps sandbox.ProcessSpec) (sandbox.P
 		p.dropCgroup()
 		return nil, err
 	}
+	// The counters are taken before the process starts: a fork bomb hits
+	// the pids cap within its first milliseconds, before this goroutine
+	// would see the reply.
+	if p.cg != nil {
+		p.usage = cgstat.Begin(p.cg.stat)
+	}
 	go pp.writeSpec(es)
 	r, err := i.request(ctx, nsinit.Message{Op: nsinit.OpExec, Seq: p.seq}, append(pp.theirs(), cgFiles...)...)
 	if err == nil && r.Error != "" {
@@ -101,9 +107,6 @@ func (i *instance) Start(ctx context.Context, ps sandbox.ProcessSpec) (sandbox.P
 	p.pid = r.Pid
 	if ps.OpenStdin {
 		p.stdin, pp.stdinW = pp.stdinW, nil
-	}
-	if p.cg != nil {
-		p.usage = cgstat.Begin(p.cg.stat)
 	}
 	started = true
 	go p.run(pp, ps)
