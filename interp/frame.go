@@ -88,6 +88,7 @@ type frame struct {
 	Language       string
 	Version        string
 	Reason         string
+	Path           string
 	Pid            uint64
 	fields         uint32 // which fields were present (1 << field)
 }
@@ -107,13 +108,14 @@ const (
 	fLanguage
 	fVersion
 	fReason
+	fPath
 	fPid
 )
 
 var fieldNames = map[string]int{
 	"type": fType, "id": fID, "seq": fSeq, "text": fText, "data": fData, "name": fName,
 	"value": fValue, "traceback": fTraceback, "execution_count": fExecutionCount,
-	"runner": fRunner, "language": fLanguage, "version": fVersion, "reason": fReason, "pid": fPid,
+	"runner": fRunner, "language": fLanguage, "version": fVersion, "reason": fReason, "path": fPath, "pid": fPid,
 }
 
 func bits(fs ...int) uint32 {
@@ -130,6 +132,7 @@ var frameRules = map[string]struct{ must, may uint32 }{
 	"ready":    {bits(fType, fRunner, fLanguage), bits(fVersion, fPid)},
 	"attached": {bits(fType, fSeq), 0},
 	"detach":   {bits(fType, fSeq), 0},
+	"rotate":   {bits(fType, fSeq, fPath), 0},
 	"stdout":   {bits(fType, fID, fText), 0},
 	"stderr":   {bits(fType, fID, fText), 0},
 	"result":   {bits(fType, fID, fData), 0},
@@ -244,6 +247,8 @@ func parseObject(b []byte) (*frame, error) {
 			f.Value, err = t.str(0)
 		case fReason:
 			f.Reason, err = t.str(0)
+		case fPath:
+			f.Path, err = t.str(maxShortField)
 		case fName:
 			f.Name, err = t.str(maxShortField)
 		case fRunner:

@@ -338,14 +338,6 @@ func (c *Context) Run(ctx context.Context, code string, timeout time.Duration, o
 		}
 		g = c.currentGen()
 	}
-	if g.transport().used.Load() > transportBudget(c.opts)-c.opts.CallLimit {
-		if err := c.rotate(ctx, g); err != nil {
-			if err := c.replace(ctx, g, "its transport could not be renewed: "+err.Error(), &x, emit); err != nil {
-				return x, err
-			}
-			g = c.currentGen()
-		}
-	}
 	c.calls++
 	start := time.Now()
 	out := c.execute(ctx, g, c.calls, code, false, timeout, &x, emit)

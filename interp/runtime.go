@@ -9,7 +9,6 @@ import (
 	"io"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,138 +25,63 @@ var (
 	kernelJS string
 )
 
-// Why the events do not travel on the runner's own stdout: the sandbox
-// interface promises that ProcessSpec.Stdout receives all output while
-// OutputLimit caps only what the Result keeps, but the native backend
-// passes on only what it keeps (its CapBuffer tees the kept bytes), so a
-// long-lived runner's stream would stop at OutputLimit, and a higher
-// limit would make the backend hold every byte of the stream in memory.
-// So events go through a relay: a process that makes a FIFO and copies it
-// to its stdout (cat), whose budget of bytes is its OutputLimit. Before a
-// call that could pass it, the host starts a new relay and the runner
-// moves to it between frames; the old relay ends, and with it what the
-// backend kept of its output. The memory the backend holds for a context
-// stays under one relay's budget, CallLimit plus 8 MiB.
+// errRelay means a relay could not be started when the runner asked.
+var errRelay = errors.New("no relay")
 
-// relayScript makes the FIFO (mode 0600, a fresh random name) and copies
-// what the runner writes into it to the relay's stdout.
-const relayScript = `umask 077 && mkfifo -- "$1" && exec cat -- "$1"`
-
-// transportBudget is how many bytes one relay carries.
-func transportBudget(o Options) int64 { return o.CallLimit + 8<<20 }
-
-// killWait bounds the wait for a killed process's end.
-const killWait = 10 * time.Second
-
-// transport is one relay process and the frames read from its stdout.
-type transport struct {
-	seq    uint64
-	path   string
-	proc   sandbox.Process
-	frames chan frameResult
-	quit   chan struct{}
-	ended  chan struct{} // the relay process has ended; res is set
-	res    sandbox.Result
-	used   atomic.Int64 // bytes read
-	stop   sync.Once
-}
-
-type frameResult struct {
-	f    *frame
-	size int
-	err  error
-}
-
-func (c *Context) startTransport(ctx context.Context, gen int, seq uint64) (*transport, error) {
-	t := &transport{seq: seq, path: fmt.Sprintf("/tmp/.airlock-interp-%s-%d-%d", c.token, gen, seq),
-		frames: make(chan frameResult), quit: make(chan struct{}), ended: make(chan struct{})}
-	pr, pw := io.Pipe()
-	p, err := c.inst.Start(ctx, sandbox.ProcessSpec{
-		Cmd: []string{"sh", "-c", relayScript, "airlock-interp-relay", t.path}, Dir: "/tmp",
-		KeepAlive: true, Stdout: pw, OutputLimit: transportBudget(c.opts)})
-	if err != nil {
-		return nil, fmt.Errorf("start the relay: %w", err)
-	}
-	t.proc = p
-	go t.read(pr, c.opts.FrameLimit)
-	go func() {
-		t.res, _ = p.Wait(context.Background())
-		pw.Close()
-		close(t.ended)
-	}()
-	return t, nil
-}
-
-// read parses frames as they come and hands them over one at a time;
-// the first error (the end of the stream included) is the last thing it
-// hands over.
-func (t *transport) read(pr *io.PipeReader, limit int) {
-	defer pr.Close()
-	for {
-		b, err := readFrame(pr, limit)
-		fr := frameResult{err: err}
-		if err == nil {
-			fr.size = len(b) + 4
-			t.used.Add(int64(fr.size))
-			fr.f, fr.err = parseFrame(b)
-		}
-		select {
-		case t.frames <- fr:
-		case <-t.quit:
-			return
-		}
-		if fr.err != nil {
-			return
-		}
-	}
-}
-
-// close stops the reader; the relay must be dead or dying.
-func (t *transport) close() { t.stop.Do(func() { close(t.quit) }) }
-
-// kill ends the relay and waits for it, within killWait.
-func (t *transport) kill() {
-	if t == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), killWait)
-	defer cancel()
-	_ = t.proc.Signal(ctx, syscall.SIGKILL)
-	select {
-	case <-t.ended:
-	case <-ctx.Done():
-	}
-	t.close()
-}
-
-// generation is one runner process and its current transport.
+// generation is one runner process and the relays that carry its events.
 type generation struct {
-	num   int
-	proc  sandbox.Process
-	stdin io.WriteCloser
-	dead  chan struct{} // the runner has ended; res and werr are set
-	res   sandbox.Result
-	werr  error
+	num    int
+	proc   sandbox.Process
+	stdin  io.WriteCloser
+	dead   chan struct{} // the runner has ended; res and werr are set
+	res    sandbox.Result
+	werr   error
+	frames chan frameResult // from follow
+	quit   chan struct{}    // closed by kill
+	runner string
 
 	mu     sync.Mutex
-	tr     *transport
-	runner string
+	trs    []*transport // relays alive
+	killed bool
 }
 
-func (g *generation) transport() *transport {
+func newGeneration(num int) *generation {
+	return &generation{num: num, dead: make(chan struct{}), frames: make(chan frameResult), quit: make(chan struct{})}
+}
+
+// addTransport records a relay, unless g was killed.
+func (g *generation) addTransport(t *transport) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.tr
+	if g.killed {
+		return false
+	}
+	g.trs = append(g.trs, t)
+	return true
 }
 
-// signalAll signals the runner and its relay without waiting.
+func (g *generation) dropTransport(t *transport) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, x := range g.trs {
+		if x == t {
+			g.trs = append(g.trs[:i], g.trs[i+1:]...)
+			return
+		}
+	}
+}
+
+// signalAll signals the runner and its relays without waiting.
 func (g *generation) signalAll(sig syscall.Signal) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if g.proc != nil {
 		_ = g.proc.Signal(ctx, sig)
 	}
-	if t := g.transport(); t != nil {
+	g.mu.Lock()
+	trs := append([]*transport(nil), g.trs...)
+	g.mu.Unlock()
+	for _, t := range trs {
 		_ = t.proc.Signal(ctx, sig)
 	}
 }
@@ -173,7 +97,7 @@ func (g *generation) unusable() string {
 	default:
 	}
 	select {
-	case fr := <-g.transport().frames:
+	case fr := <-g.frames:
 		if fr.err != nil && !errors.Is(fr.err, ErrProtocol) {
 			return "its transport ended between calls"
 		}
@@ -225,12 +149,14 @@ func lastLine(s string) string {
 
 // runnerConfig is the runner's argument.
 type runnerConfig struct {
-	Language    string `json:"language"`
-	Runner      string `json:"runner,omitempty"`
-	FrameLimit  int    `json:"frame_limit"`
-	OutputLimit int64  `json:"output_limit"`
-	Transport   string `json:"transport"`
-	KernelJS    string `json:"kernel_js,omitempty"`
+	Language        string `json:"language"`
+	Runner          string `json:"runner,omitempty"`
+	FrameLimit      int    `json:"frame_limit"`
+	OutputLimit     int64  `json:"output_limit"`
+	CallLimit       int64  `json:"call_limit"`
+	TransportPrefix string `json:"transport_prefix"`
+	TransportLimit  int64  `json:"transport_limit"`
+	KernelJS        string `json:"kernel_js,omitempty"`
 }
 
 // startGeneration starts a runner and its first relay, waits for it to
@@ -239,7 +165,7 @@ func (c *Context) startGeneration(ctx context.Context) (_ *generation, err error
 	ctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
 	defer cancel()
 	c.gens++
-	g := &generation{num: c.gens, dead: make(chan struct{})}
+	g := newGeneration(c.gens)
 	defer func() {
 		if err != nil {
 			c.kill(g)
@@ -249,9 +175,11 @@ func (c *Context) startGeneration(ctx context.Context) (_ *generation, err error
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStart, err)
 	}
-	g.tr = t
+	g.addTransport(t)
+	go c.follow(g, t)
 	cfg := runnerConfig{Language: c.opts.Language, Runner: c.opts.Runner, FrameLimit: c.opts.FrameLimit,
-		OutputLimit: c.opts.OutputLimit, Transport: t.path}
+		OutputLimit: c.opts.OutputLimit, CallLimit: c.opts.CallLimit,
+		TransportPrefix: c.transportPrefix(g.num), TransportLimit: transportLimit(c.opts)}
 	if c.opts.Language == JavaScript {
 		cfg.KernelJS = kernelJS
 	}
@@ -270,13 +198,7 @@ func (c *Context) startGeneration(ctx context.Context) (_ *generation, err error
 		g.res, g.werr = p.Wait(context.Background())
 		close(g.dead)
 	}()
-	f, err := c.expect(ctx, g, t, "attached")
-	if err == nil && f.Seq != 1 {
-		err = fmt.Errorf("%w: the runner attached transport %d, want 1", ErrStart, f.Seq)
-	}
-	if err == nil {
-		f, err = c.expect(ctx, g, t, "ready")
-	}
+	f, err := c.expect(ctx, g, "ready")
 	if err != nil {
 		return nil, err
 	}
@@ -309,18 +231,18 @@ func tracebackTail(tb []string) string {
 	return " (" + lastLine(strings.Join(tb, "\n")) + ")"
 }
 
-// expect waits for the next frame on t and wants it to be of type typ.
-func (c *Context) expect(ctx context.Context, g *generation, t *transport, typ string) (*frame, error) {
-	dead, ended := g.dead, t.ended
+// expect waits for g's next frame and wants it to be of type typ.
+func (c *Context) expect(ctx context.Context, g *generation, typ string) (*frame, error) {
+	dead := g.dead
 	var grace <-chan time.Time
 	for {
 		select {
-		case fr := <-t.frames:
+		case fr := <-g.frames:
 			switch {
 			case fr.err != nil && errors.Is(fr.err, ErrProtocol):
 				return nil, fmt.Errorf("%w: waiting for %s: %w", ErrStart, typ, fr.err)
 			case fr.err != nil:
-				return nil, fmt.Errorf("%w: the transport ended while waiting for %s: %s", ErrStart, typ, c.lostDesc(g, t))
+				return nil, fmt.Errorf("%w: the transport ended while waiting for %s: %s", ErrStart, typ, c.lostDesc(g, fr.err))
 			case fr.f.Type != typ:
 				return nil, fmt.Errorf("%w: a %s frame came, want %s: %w", ErrStart, fr.f.Type, typ, ErrProtocol)
 			}
@@ -331,27 +253,23 @@ func (c *Context) expect(ctx context.Context, g *generation, t *transport, typ s
 			grace = time.After(time.Second)
 		case <-grace:
 			return nil, fmt.Errorf("%w: the runner ended while waiting for %s (%s)", ErrStart, typ, g.exitDesc())
-		case <-ended:
-			// the frames channel tells the rest
-			ended = nil
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: waiting for %s: %w", ErrStart, typ, ctx.Err())
 		}
 	}
 }
 
-// lostDesc says why t ended: the runner's end, or the relay's.
-func (c *Context) lostDesc(g *generation, t *transport) string {
+// lostDesc says why g's frames stopped with err (not a protocol error):
+// the runner ended, or a relay did.
+func (c *Context) lostDesc(g *generation, err error) string {
+	if errors.Is(err, errRelay) {
+		return err.Error()
+	}
 	select {
 	case <-g.dead:
 		return "the runner ended (" + g.exitDesc() + ")"
 	case <-time.After(2 * time.Second):
-	}
-	select {
-	case <-t.ended:
-		return "the relay ended (" + exitDesc(t.res, nil) + ")"
-	default:
-		return "the relay's output stopped"
+		return "its relay ended"
 	}
 }
 
@@ -376,7 +294,6 @@ func (c *Context) execute(ctx context.Context, g *generation, id uint64, code st
 		out.fail = &failure{ErrorProtocol, "the call cannot be encoded: " + err.Error()}
 		return out
 	}
-	t := g.transport()
 	written := make(chan error, 1)
 	go func() {
 		_, err := g.stdin.Write(req)
@@ -408,12 +325,12 @@ func (c *Context) execute(ctx context.Context, g *generation, id uint64, code st
 	}
 	for {
 		select {
-		case fr := <-t.frames:
+		case fr := <-g.frames:
 			if fr.err != nil {
 				if errors.Is(fr.err, ErrProtocol) {
 					return protocol("%v", fr.err)
 				}
-				out.fail = &failure{ErrorDied, "the context's transport ended: " + c.lostDesc(g, t)}
+				out.fail = &failure{ErrorDied, "the context's transport ended: " + c.lostDesc(g, fr.err)}
 				return out
 			}
 			if callBytes += int64(fr.size); callBytes > c.opts.CallLimit {
@@ -466,54 +383,17 @@ func (c *Context) execute(ctx context.Context, g *generation, id uint64, code st
 	}
 }
 
-// rotate moves g's runner to a fresh relay between calls.
-func (c *Context) rotate(ctx context.Context, g *generation) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	old := g.transport()
-	nt, err := c.startTransport(ctx, g.num, old.seq+1)
-	if err != nil {
-		return err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			nt.kill()
-		}
-	}()
-	req, err := appendFrame(nil, map[string]any{"op": "attach", "path": nt.path, "seq": nt.seq})
-	if err != nil {
-		return err
-	}
-	if _, err := g.stdin.Write(req); err != nil {
-		return err
-	}
-	f, err := c.expect(ctx, g, old, "detach")
-	if err == nil && f.Seq != nt.seq {
-		err = fmt.Errorf("detach from transport %d, want %d: %w", f.Seq, nt.seq, ErrProtocol)
-	}
-	if err == nil {
-		f, err = c.expect(ctx, g, nt, "attached")
-	}
-	if err == nil && f.Seq != nt.seq {
-		err = fmt.Errorf("attached transport %d, want %d: %w", f.Seq, nt.seq, ErrProtocol)
-	}
-	if err != nil {
-		return err
-	}
-	ok = true
-	g.mu.Lock()
-	g.tr = nt
-	g.mu.Unlock()
-	old.kill()
-	return nil
-}
-
-// kill ends g's runner and relay and waits for both, within killWait.
+// kill ends g's runner and relays and waits for them, within killWait.
 func (c *Context) kill(g *generation) {
 	if g == nil {
 		return
 	}
+	g.mu.Lock()
+	if !g.killed {
+		g.killed = true
+		close(g.quit)
+	}
+	g.mu.Unlock()
 	g.signalAll(syscall.SIGKILL)
 	if g.proc != nil {
 		select {
@@ -521,5 +401,11 @@ func (c *Context) kill(g *generation) {
 		case <-time.After(killWait):
 		}
 	}
-	g.transport().kill()
+	g.mu.Lock()
+	trs := g.trs
+	g.trs = nil
+	g.mu.Unlock()
+	for _, t := range trs {
+		t.kill()
+	}
 }

@@ -40,8 +40,13 @@ CFG = json.loads(sys.argv[2])
 LANGUAGE = CFG["language"]
 FRAME_LIMIT = int(CFG["frame_limit"])
 OUTPUT_LIMIT = int(CFG["output_limit"])
+CALL_LIMIT = int(CFG["call_limit"])
+# what of a call's budget stays for the frames that end it
+CALL_RESERVE = {"stdout": 65536, "stderr": 65536, "result": 65536, "display": 65536, "error": 8192, "end": 0}
 MAIN_PID = os.getpid()
-CHUNK = 64 << 10
+# what one output event carries at most: a frame holds it even if every
+# byte takes six in JSON (a control character as \u00XX)
+CHUNK = max(1024, min(64 << 10, (FRAME_LIMIT - 1024) // 6))
 
 # --- descriptors -----------------------------------------------------------
 
@@ -154,54 +159,85 @@ def fit(obj):
     return encode(obj)
 
 
+def open_fifo(path, timeout=30.0):
+    """Opens for writing the FIFO that the host's relay makes at path, once
+    the relay reads it, and unlinks it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+            break
+        except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.ENXIO) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError("transport %s is not a FIFO" % path)
+    os.set_blocking(fd, True)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    return fd
+
+
 class Transport:
-    """The protocol descriptor and the lock that keeps frames whole."""
+    """The protocol descriptor, the lock that keeps frames whole, and the
+    relay's budget: a frame that would not fit in what the relay has left
+    (less a reserve for the move) first moves the protocol to a new relay.
+    The runner asks for it with a rotate frame; the host starts the relay,
+    which makes the FIFO; the old relay's last frame is detach, the new
+    one's first is attached."""
+
+    RESERVE = 4096
 
     def __init__(self):
         self.lock = threading.Lock()
         self.fd = None
+        self.seq = 0
+        self.used = 0
+        self.prefix = CFG["transport_prefix"]
+        self.budget = int(CFG["transport_limit"])
 
-    def attach(self, path, seq, timeout=30.0):
-        """Opens the FIFO at path (made by the host's relay) and moves the
-        protocol onto it, saying goodbye on the old one first."""
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
-                break
-            except OSError as e:
-                if e.errno not in (errno.ENOENT, errno.ENXIO) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.001)
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise OSError("transport %s is not a FIFO" % path)
-        os.set_blocking(fd, True)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+    def open(self):
+        self.fd = open_fifo(self.prefix + "1")
+        self.seq = 1
         with self.lock:
-            if self.fd is None:
-                self.fd = fd
-            else:
-                self._send(encode({"type": "detach", "seq": seq}))
-                os.dup2(fd, self.fd, inheritable=False)
-                os.close(fd)
-            self._send(encode({"type": "attached", "seq": seq}))
+            self._raw(encode({"type": "attached", "seq": 1}))
 
-    def _send(self, b):
+    def _raw(self, b):
+        framed = struct.pack(">I", len(b)) + b
         try:
-            write_all(self.fd, struct.pack(">I", len(b)) + b)
+            write_all(self.fd, framed)
         except OSError as e:
             fatal("the transport failed: %s" % e)
+        self.used += len(framed)
 
-    def send(self, obj):
+    def _rotate(self):
+        seq = self.seq + 1
+        path = self.prefix + str(seq)
+        self._raw(encode({"type": "rotate", "seq": seq, "path": path}))
+        try:
+            fd = open_fifo(path)
+        except OSError as e:
+            fatal("the host started no relay at %s: %s" % (path, e))
+        self._raw(encode({"type": "detach", "seq": seq}))
+        os.dup2(fd, self.fd, inheritable=False)
+        os.close(fd)
+        self.seq, self.used = seq, 0
+        self._raw(encode({"type": "attached", "seq": seq}))
+
+    def send_bytes(self, b):
         if forked() or self.fd is None:
             return
-        b = fit(obj)
         with self.lock:
-            self._send(b)
+            if self.used + 4 + len(b) > self.budget - self.RESERVE:
+                self._rotate()
+            self._raw(b)
+
+    def send(self, obj):
+        self.send_bytes(fit(obj))
 
 
 T = Transport()
@@ -241,7 +277,9 @@ class Session:
         self.lock = threading.RLock()
         self.call = None
         self.used = 0
+        self.sent = 0
         self.cut = False
+        self.cut_data = False
         self.idle = []
         self.idle_used = 0
         self.idle_dropped = 0
@@ -253,7 +291,8 @@ class Session:
 
     def begin(self, cid):
         with self.lock:
-            self.call, self.used, self.cut, self.interrupted = cid, 0, False, False
+            self.call, self.used, self.sent, self.cut, self.interrupted = cid, 0, 0, False, False
+            self.cut_data = False
             idle, self.idle, self.idle_used = self.idle, [], 0
             dropped, self.idle_dropped = self.idle_dropped, 0
             for obj in idle:
@@ -284,7 +323,32 @@ class Session:
                 self.idle.append(obj)
                 return
             obj["id"] = self.call
-            T.send(obj)
+            b = fit(obj)
+            if self.sent + len(b) > CALL_LIMIT - CALL_RESERVE[obj["type"]]:
+                b = self.over_budget(obj, len(b))
+                if b is None:
+                    return
+            self.sent += len(b) + 4
+            T.send_bytes(b)
+
+    def over_budget(self, obj, n):
+        """What is sent instead of a frame over the call's budget: a note
+        for a bundle, nothing for output (cut, as at the output limit), a
+        short form of an error."""
+        kind = obj["type"]
+        if kind in ("result", "display"):
+            if self.cut_data:
+                return None
+            self.cut_data = True
+            note = "[airlock: a %s of %d bytes and what follows were left out: the call's events passed %d bytes]" % (kind, n, CALL_LIMIT)
+            return fit({"type": kind, "id": obj["id"], "data": {"text/plain": note}})
+        if kind == "error":
+            return fit({"type": "error", "id": obj["id"], "name": clip(obj.get("name", ""), 256),
+                        "value": clip(obj.get("value", ""), 1024), "traceback": []})
+        if kind == "end":
+            return fit(obj)
+        self.cut = True
+        return None
 
     def output(self, kind, text):
         if not text:
@@ -1067,7 +1131,7 @@ def main():
     global KERNEL
     signal.signal(signal.SIGINT, on_sigint)
     try:
-        T.attach(CFG["transport"], 1)
+        T.open()
     except OSError as e:
         fatal("cannot open the transport: %s" % e)
     threading.Thread(target=S.pump, daemon=True).start()
@@ -1084,12 +1148,6 @@ def main():
         if req is None:
             os._exit(0)
         op = req.get("op")
-        if op == "attach":
-            try:
-                T.attach(req["path"], req["seq"])
-            except OSError as e:
-                fatal("cannot move to the new transport: %s" % e)
-            continue
         if op != "run":
             fatal("unknown request %r" % op)
         S.begin(req["id"])
