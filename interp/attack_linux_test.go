@@ -112,7 +112,7 @@ func TestForgedFrames(t *testing.T) {
 			interp.ErrorProtocol, true, nil},
 		{"a traceback of 500000 lines", "forged(type='error', id=call_id(), name='E', traceback=[''] * 500000)", interp.ErrorProtocol, true, nil},
 		{"a bundle of 10000 types", "forged(type='result', id=call_id(), data={'text/x%d' % i: '' for i in range(10000)})", interp.ErrorProtocol, true, nil},
-		{"a flood of valid events", "fd = proto_fd()\nb = json.dumps(dict(type='stdout', id=call_id(), text='y' * 100)).encode()\nfor i in range(400000):\n    os.write(fd, struct.pack('>I', len(b)) + b)",
+		{"a flood of valid events", "fd = proto_fd()\nb = json.dumps(dict(type='stdout', id=call_id(), text='y' * 60000)).encode()\nfor i in range(800):\n    os.write(fd, struct.pack('>I', len(b)) + b)",
 			interp.ErrorProtocol, true,
 			func(t *testing.T, x interp.Execution) {
 				// the call's budget, or its relay's: the flood is not the runner's

@@ -165,7 +165,10 @@ func events(x interp.Execution) string {
 		}
 		b.WriteByte(' ')
 	}
-	return strings.TrimSpace(b.String())
+	if s := strings.TrimSpace(b.String()); len(s) <= 600 {
+		return s
+	}
+	return strings.TrimSpace(b.String())[:300] + " … " + strings.TrimSpace(b.String())[b.Len()-300:]
 }
 
 // errorName is the name of x's error event, or "".

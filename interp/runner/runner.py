@@ -435,8 +435,16 @@ def proc_stat(pid):
     except OSError:
         return None
     rest = s[s.rfind(")") + 2:].split()
-    # rest[0] is the state; ppid, pgrp, session follow; starttime is field 22
-    return int(rest[1]), int(rest[3]), int(rest[19])
+    # state, ppid, pgrp, session; starttime is field 22 of the line
+    return rest[0], int(rest[1]), int(rest[3]), int(rest[19])
+
+
+def cmdline(pid):
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def session_procs():
@@ -451,8 +459,8 @@ def session_procs():
         if not name.isdigit():
             continue
         st = proc_stat(name)
-        if st and st[1] == sid:
-            out[int(name)] = (st[0], st[2])
+        if st and st[2] == sid:
+            out[int(name)] = (st[1], st[3])
     return out
 
 
@@ -468,33 +476,65 @@ class Leftovers:
     def mark(self):
         self.before = session_procs()
 
+    def new(self):
+        now = session_procs()
+        return {p for p, v in now.items()
+                if p not in self.keep and self.before.get(p, (None, None))[1] != v[1]}
+
     def kill(self):
-        def new():
-            now = session_procs()
-            return {p for p, v in now.items()
-                    if p not in self.keep and self.before.get(p, (None, None))[1] != v[1]}
-        stopped = set()
-        for _ in range(200):
-            fresh = new() - stopped
-            if not fresh:
+        """Stops every new process of the session (again and again, until a
+        scan finds no more: they may be forking), kills them, reaps this
+        runner's forked copies, and waits until they are gone: a zombie
+        holds its pid, and the pids cap counts it."""
+        killed = set()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            stopped = set()
+            for _ in range(200):
+                fresh = self.new() - stopped - killed
+                if not fresh:
+                    break
+                for p in fresh:
+                    try:
+                        os.kill(p, signal.SIGSTOP)
+                    except OSError:
+                        pass
+                stopped |= fresh
+            if not stopped:
                 break
-            for p in fresh:
+            mine = set()
+            for p in stopped:
+                st = proc_stat(p)
+                # the code's subprocesses are left to the objects that wait
+                # for them; init reaps orphans
+                if st and st[1] == MAIN_PID and cmdline(p) == cmdline("self"):
+                    mine.add(p)
                 try:
-                    os.kill(p, signal.SIGSTOP)
+                    os.kill(p, signal.SIGKILL)
                 except OSError:
                     pass
-            stopped |= fresh
-        for p in stopped:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        for p in stopped:
-            try:
-                os.waitpid(p, os.WNOHANG)
-            except OSError:
-                pass
-        return len(stopped)
+            killed |= stopped
+            while time.monotonic() < deadline:
+                for p in list(mine):
+                    try:
+                        if os.waitpid(p, os.WNOHANG)[0] == p:
+                            mine.discard(p)
+                    except ChildProcessError:
+                        mine.discard(p)
+                if not any(still_held(p, mine) for p in stopped):
+                    break
+                time.sleep(0.005)
+        return len(killed)
+
+
+def still_held(p, mine):
+    """Whether p still holds its pid and will let it go soon: alive, or a
+    zombie that this runner (a copy of it) or init reaps. A zombie child of
+    the code's own Popen waits for its object."""
+    st = proc_stat(p)
+    if st is None:
+        return False
+    return not (st[0] == "Z" and st[1] == MAIN_PID and p not in mine)
 
 
 L = Leftovers()
