@@ -79,11 +79,16 @@ if [ -f "$state/links.before" ]; then
 	done
 fi
 
-# The kubelet's canary chains (it makes no others here: no kube-proxy).
+# The kubelet's chains: its canaries and KUBE-FIREWALL (no kube-proxy here).
 for table in mangle nat filter; do
 	for chain in KUBE-KUBELET-CANARY KUBE-FIREWALL; do
 		for ipt in iptables ip6tables; do
 			if $ipt -t $table -S "$chain" > /dev/null 2>&1; then
+				# the jumps to it first (INPUT and OUTPUT jump to KUBE-FIREWALL)
+				$ipt -t $table -S | grep -- "-j $chain\$" | sed 's/^-A /-D /' | while read -r rule; do
+					# shellcheck disable=SC2086
+					$ipt -t $table $rule 2>/dev/null
+				done
 				$ipt -t $table -F "$chain" 2>/dev/null
 				$ipt -t $table -X "$chain" 2>/dev/null
 			fi

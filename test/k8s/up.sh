@@ -106,11 +106,14 @@ openssl_quiet x509 -req -in "$pki/kubelet-client.csr" -CA "$pki/ca.crt" -CAkey "
 openssl_quiet genrsa -out "$pki/sa.key" 2048
 openssl_quiet rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
 token() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+# The controller manager runs every controller under its own name
+# (--use-service-account-credentials=false), so it gets the rights of all
+# of them.
 admin_token=$(token) node_token=$(token) cm_token=$(token) sched_token=$(token)
 cat > "$pki/tokens.csv" <<EOF
 $admin_token,admin,admin,system:masters
 $node_token,system:node:$node,system:node:$node,system:nodes
-$cm_token,system:kube-controller-manager,system:kube-controller-manager
+$cm_token,system:kube-controller-manager,system:kube-controller-manager,system:masters
 $sched_token,system:kube-scheduler,system:kube-scheduler
 EOF
 chmod 600 "$pki"/*
@@ -205,6 +208,7 @@ start kube-apiserver "$kube/kube-apiserver" --etcd-servers "http://127.0.0.1:$et
 	--service-cluster-ip-range 10.0.0.0/24 --authorization-mode Node,RBAC --token-auth-file "$pki/tokens.csv" \
 	--client-ca-file "$pki/ca.crt" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
 	--kubelet-client-certificate "$pki/kubelet-client.crt" --kubelet-client-key "$pki/kubelet-client.key" \
+	--kubelet-preferred-address-types InternalIP \
 	--service-account-issuer https://kubernetes.default.svc --service-account-key-file "$pki/sa.pub" \
 	--service-account-signing-key-file "$pki/sa.key" --allow-privileged=false --profiling=false \
 	--cert-dir "$pki/apiserver-certs"
@@ -249,8 +253,18 @@ syncFrequency: 10s
 fileCheckFrequency: 60s
 nodeStatusUpdateFrequency: 4s
 EOF
+# The API server reaches the kubelet (exec, logs) at the node's address,
+# and the kubelet refuses to report a loopback one. With an external cloud
+# provider it reports none and keeps what is set: this script plays the
+# cloud controller, setting 127.0.0.1 and removing the taint that waits
+# for it.
 start kubelet "$kube/kubelet" --config "$state/kubelet/config.yaml" --kubeconfig "$state/kubelet.kubeconfig" \
-	--hostname-override "$node" --node-ip 127.0.0.1 --root-dir "$state/kubelet/root" --cert-dir "$state/kubelet/pki"
+	--hostname-override "$node" --cloud-provider external --root-dir "$state/kubelet/root" --cert-dir "$state/kubelet/pki"
+node_known() { kctl get node "$node"; }
+wait_for "node $node to register" "$ready_wait" node_known
+kctl patch node "$node" --subresource=status --type=merge \
+	-p '{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"},{"type":"Hostname","address":"'"$node"'"}]}}' > /dev/null
+kctl taint node "$node" node.cloudprovider.kubernetes.io/uninitialized- > /dev/null 2>&1 || true
 node_ready() { kctl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True; }
 wait_for "node $node" "$ready_wait" node_ready
 
