@@ -355,6 +355,11 @@ func (b *Backend) Close() error {
 	if apierrors.IsNotFound(err) {
 		err = nil
 	}
+	// the connections to the API server are client-go's, shared by
+	// clients of the same configuration; the idle ones go now
+	if rc, ok := b.client.CoreV1().RESTClient().(*rest.RESTClient); ok && rc.Client != nil {
+		rc.Client.CloseIdleConnections()
+	}
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync/atomic"
 
 	"github.com/airlock-sandbox/airlock/backend/internal/command"
 	"github.com/airlock-sandbox/airlock/backend/internal/dirfs"
@@ -74,6 +75,13 @@ func (i *instance) fileOp(ctx context.Context, stdin io.Reader, stdout io.Writer
 	}
 	var stderr bytes.Buffer
 	argv := append([]string{agentInFiles, "file", op}, args...)
+	if stdin != nil {
+		// client-go may go on copying stdin after the exec ended: it then
+		// reads no more of the caller's reader
+		r := &endingReader{r: stdin}
+		defer r.end()
+		stdin = r
+	}
 	err := i.b.execStream(ctx, i.pod, filesContainer, argv, stdin, stdout, &limitedWriter{w: &stderr, n: 64 << 10})
 	if err == nil {
 		return nil
@@ -102,3 +110,18 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// endingReader reads r until end is called, then gives io.EOF.
+type endingReader struct {
+	r     io.Reader
+	ended atomic.Bool
+}
+
+func (e *endingReader) Read(p []byte) (int, error) {
+	if e.ended.Load() {
+		return 0, io.EOF
+	}
+	return e.r.Read(p)
+}
+
+func (e *endingReader) end() { e.ended.Store(true) }

@@ -222,7 +222,7 @@ func (i *instance) waitRunning(ctx context.Context, timeout time.Duration) error
 	case <-i.done:
 		return fmt.Errorf("sandbox %s did not start: %w", i.id, i.Err())
 	case <-ctx.Done():
-		return fmt.Errorf("sandbox %s: its Pod did not run within %v (%s): %w", i.id, timeout, i.describe(), ctx.Err())
+		return fmt.Errorf("sandbox %s: its Pod did not run in time (%s): %w", i.id, i.describe(), ctx.Err())
 	}
 	// The sandbox container runs a shell until the agent is in place;
 	// the agent answers once it is.

@@ -120,7 +120,8 @@ func (p *process) stream(ctx context.Context, stdin *io.PipeReader, stdout *io.P
 	go func() {
 		err := p.i.b.execStream(ctx, p.i.pod, sandboxContainer, []string{agentPathShared, agent.CmdRun}, stdin, stdout, &stderr)
 		stdout.CloseWithError(io.EOF)
-		stdin.Close()
+		// client-go may still copy stdin: it gets the end of it
+		p.toAgent.Close()
 		execDone <- err
 	}()
 	// The shepherd keeps the timeout; this is a backstop should it hang.
@@ -160,7 +161,6 @@ func (p *process) stream(ctx context.Context, stdin *io.PipeReader, stdout *io.P
 	frames.Close()
 	execErr := <-execDone
 	p.cancel()
-	p.toAgent.CloseWithError(io.ErrClosedPipe)
 	if exit == nil && backstop.Load() {
 		exit = &agent.Exit{Code: sandbox.ExitTimeout, TimedOut: true}
 	}
@@ -243,7 +243,7 @@ func (p *process) feed(r io.Reader) {
 // abort cuts the exec stream: the shepherd kills the process.
 func (p *process) abort() {
 	p.cancel()
-	p.toAgent.CloseWithError(io.ErrClosedPipe)
+	p.toAgent.Close()
 }
 
 func (p *process) ID() string { return p.id }
