@@ -33,6 +33,14 @@ type Options struct {
 	// PullPolicy is the Pods' imagePullPolicy; "" means IfNotPresent.
 	// The test cluster, which has no registry, uses Never.
 	PullPolicy string
+	// CPURequest is the share of the policy's CPUs that a sandbox Pod
+	// requests (its limit is always the policy's): 0 means 1, requests
+	// equal to limits and Pods of the Guaranteed QoS class, so that the
+	// scheduler never places more sandboxes on a node than its CPUs hold.
+	// Less lets more sandboxes share a node, each still capped at its
+	// limit (CPU time is throttled, never taken back); the test cluster,
+	// one node of 2 CPUs, uses 0.1. Memory is always requested in full.
+	CPURequest float64
 	// MaxLifetime is every sandbox Pod's activeDeadlineSeconds: the most
 	// it lives even if no airlock process is left to destroy it; 0 means
 	// 24 hours (session.Options.MaxTTL's default).

@@ -75,6 +75,12 @@ func (b *Backend) podFor(id, image string, spec sandbox.Spec) (*corev1.Pod, erro
 	}
 	mem := resource.NewQuantity(lim.MemoryBytes, resource.BinarySI)
 	cpu := resource.NewMilliQuantity(int64(lim.CPUs*1000), resource.DecimalSI)
+	share := b.opts.CPURequest
+	if share <= 0 || share > 1 {
+		share = 1
+	}
+	cpuRequest := resource.NewMilliQuantity(max(int64(lim.CPUs*1000*share), 1), resource.DecimalSI)
+	filesCPURequest := resource.NewMilliQuantity(max(int64(100*share), 1), resource.DecimalSI)
 	filesMem := resource.NewQuantity(filesMemory, resource.BinarySI)
 	filesCPU := resource.NewMilliQuantity(100, resource.DecimalSI)
 	sizeOf := func(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.BinarySI) }
@@ -114,7 +120,7 @@ func (b *Backend) podFor(id, image string, spec sandbox.Spec) (*corev1.Pod, erro
 					SecurityContext: secure(true),
 					Env:             []corev1.EnvVar{{Name: "GOMAXPROCS", Value: "1"}},
 					Resources: corev1.ResourceRequirements{
-						Requests: corev1.ResourceList{corev1.ResourceMemory: *filesMem, corev1.ResourceCPU: *filesCPU},
+						Requests: corev1.ResourceList{corev1.ResourceMemory: *filesMem, corev1.ResourceCPU: *filesCPURequest},
 						Limits:   corev1.ResourceList{corev1.ResourceMemory: *filesMem, corev1.ResourceCPU: *filesCPU},
 					},
 					VolumeMounts: []corev1.VolumeMount{
@@ -135,7 +141,7 @@ func (b *Backend) podFor(id, image string, spec sandbox.Spec) (*corev1.Pod, erro
 					WorkingDir:      "/workspace",
 					SecurityContext: secure(true),
 					Resources: corev1.ResourceRequirements{
-						Requests: corev1.ResourceList{corev1.ResourceMemory: *mem, corev1.ResourceCPU: *cpu},
+						Requests: corev1.ResourceList{corev1.ResourceMemory: *mem, corev1.ResourceCPU: *cpuRequest},
 						Limits:   corev1.ResourceList{corev1.ResourceMemory: *mem, corev1.ResourceCPU: *cpu},
 					},
 					VolumeMounts: []corev1.VolumeMount{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strconv"
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/backend/docker"
@@ -95,6 +96,9 @@ func kubernetesOptions(env *cliEnv) kubernetes.Options {
 		AgentImage:   env.getenv("AIRLOCK_K8S_AGENT_IMAGE"),
 		PullPolicy:   env.getenv("AIRLOCK_K8S_PULL_POLICY"),
 		Replica:      env.getenv("AIRLOCK_REPLICA"),
+	}
+	if share, err := strconv.ParseFloat(env.getenv("AIRLOCK_K8S_CPU_REQUEST"), 64); err == nil {
+		o.CPURequest = share
 	}
 	if prefix := env.getenv("AIRLOCK_K8S_IMAGE_PREFIX"); prefix != "" {
 		o.ImageRef = kubernetes.DefaultImageRef(prefix)
