@@ -3,9 +3,11 @@ package kubernetes_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -35,23 +38,46 @@ func TestMain(m *testing.M) {
 const clusterNeed = "a Kubernetes cluster with the gVisor RuntimeClass and airlock's images " +
 	"(bash test/k8s/up.sh prints a kubeconfig: set KUBECONFIG to it)"
 
-// client is a client of the test cluster, or nil without one.
+// client is a client of the test cluster, or nil without one. Its
+// connections are closed by closeClient.
 func client() (k8s.Interface, string) {
+	tc := testClient()
+	return tc.c, tc.ns
+}
+
+var testClient = sync.OnceValue(func() (tc struct {
+	c  k8s.Interface
+	ns string
+	hc *http.Client
+}) {
 	path := os.Getenv("KUBECONFIG")
 	if path == "" {
-		return nil, ""
+		return tc
 	}
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(&clientcmd.ClientConfigLoadingRules{ExplicitPath: path}, nil)
 	cfg, err := cc.ClientConfig()
 	if err != nil {
-		return nil, ""
+		return tc
 	}
-	ns, _, _ := cc.Namespace()
-	c, err := k8s.NewForConfig(cfg)
+	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
-		return nil, ""
+		return tc
 	}
-	return c, ns
+	c, err := k8s.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return tc
+	}
+	tc.c, tc.hc = c, hc
+	tc.ns, _, _ = cc.Namespace()
+	return tc
+})
+
+// closeClient closes the idle connections of client's, which the leak
+// check would otherwise count.
+func closeClient() {
+	if hc := testClient().hc; hc != nil {
+		hc.CloseIdleConnections()
+	}
 }
 
 // leftovers lists the sandbox Pods and NetworkPolicies of this test
@@ -61,6 +87,7 @@ func leftovers() []string {
 	if c == nil {
 		return nil
 	}
+	defer closeClient()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out []string
@@ -85,14 +112,15 @@ func leftovers() []string {
 }
 
 // options are the test cluster's backend options, as test/k8s/up.sh
-// sets it up (images imported, no registry).
+// sets it up (images imported, no registry, one node of 2 CPUs on which
+// the suite's sandboxes must fit at once).
 func options() kubernetes.Options {
-	return kubernetes.Options{Replica: replica, PullPolicy: "Never"}
+	return kubernetes.Options{Replica: replica, PullPolicy: "Never", CPURequest: 0.1}
 }
 
 // newBackend returns a backend on the test cluster, closed when t ends;
 // it skips t (fails it under CI) when there is no cluster.
-func newBackend(t *testing.T, opts kubernetes.Options) *kubernetes.Backend {
+func newBackend(t testing.TB, opts kubernetes.Options) *kubernetes.Backend {
 	t.Helper()
 	be := kubernetes.New(opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
