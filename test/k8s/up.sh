@@ -61,7 +61,8 @@ ctrd=$bins/containerd-$containerd_version
 shim=$(ls -d "$bins"/shim-*/ | head -1)
 runsc=$(bash "$repo/.ci/lib/runsc.sh")
 
-rm -rf "$state"
+# what a cluster that was not torn down left (mounts, links) goes first
+[ ! -d "$state" ] || bash "$here/down.sh"
 mkdir -p "$state"/{pki,logs,pids,etcd,cni/conf,cni/ipam,kubelet,containerd}
 # what existed before, so that down.sh removes only what this cluster made
 ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' > "$state/links.before"
