@@ -394,7 +394,38 @@ func (fs *FS) Rename(from, to string) error {
 		return wrap(err, to)
 	}
 	defer unix.Close(td)
-	return wrap(unix.Renameat2(fd, fbase, td, tbase, unix.RENAME_NOREPLACE), to)
+	err = unix.Renameat2(fd, fbase, td, tbase, unix.RENAME_NOREPLACE)
+	if err == unix.EINVAL {
+		err = renameNoReplace(fd, fbase, td, tbase)
+	}
+	return wrap(err, to)
+}
+
+// renameNoReplace renames without RENAME_NOREPLACE, for a file system
+// that refuses the flag with EINVAL (gVisor's gofer mounts, which the
+// kubernetes backend's agent works in). A file is linked to its new name,
+// which fails if that name exists, then unlinked from its old one; a
+// folder, which cannot be linked, is renamed once its new name is seen
+// to be free (only the sandbox's own processes could take it in between).
+func renameNoReplace(fd int, fbase string, td int, tbase string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, fbase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		if err := unix.Linkat(fd, fbase, td, tbase, 0); err != nil {
+			return err
+		}
+		return unix.Unlinkat(fd, fbase, 0)
+	}
+	switch err := unix.Fstatat(td, tbase, &st, unix.AT_SYMLINK_NOFOLLOW); err {
+	case nil:
+		return unix.EEXIST
+	case unix.ENOENT:
+		return unix.Renameat(fd, fbase, td, tbase)
+	default:
+		return err
+	}
 }
 
 // checkName refuses names that would confuse a terminal or a listing.
