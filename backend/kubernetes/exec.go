@@ -73,6 +73,12 @@ func (i *instance) fileOp(ctx context.Context, stdin io.Reader, stdout io.Writer
 	if err := i.alive(); err != nil {
 		return err
 	}
+	for _, a := range args {
+		// an exec's argv ends each argument at its first NUL
+		if strings.IndexByte(a, 0) >= 0 {
+			return command.FileError(&dirfs.Error{Kind: dirfs.Invalid, Msg: fmt.Sprintf("path %q: contains a NUL byte", a)})
+		}
+	}
 	var stderr bytes.Buffer
 	argv := append([]string{agentInFiles, "file", op}, args...)
 	if stdin != nil {
