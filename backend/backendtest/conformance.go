@@ -88,7 +88,18 @@ func (s *suite) testEnv(t *testing.T) {
 	res := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"env"}, Env: map[string]string{"FROM_REQUEST": "r", "BOTH": "request"}})
 	got := strings.Split(strings.TrimSpace(res.Stdout), "\n")
 	sort.Strings(got)
-	want := []string{"BOTH=request", "FROM_POLICY=p", "FROM_REQUEST=r", "HOME=/tmp", "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin"}
+	// the defaults, then the image's own environment, then the policy's
+	// and the request's
+	env := map[string]string{"HOME": "/tmp", "LANG": "C.UTF-8", "PATH": "/usr/local/bin:/usr/bin:/bin"}
+	for k, v := range s.Image.Env {
+		env[k] = v
+	}
+	env["FROM_POLICY"], env["FROM_REQUEST"], env["BOTH"] = "p", "r", "request"
+	var want []string
+	for k, v := range env {
+		want = append(want, k+"="+v)
+	}
+	sort.Strings(want)
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("environment inside:\n%s\nwant exactly:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
