@@ -539,13 +539,18 @@ func (b *Backend) Capabilities(ctx context.Context) sandbox.Capabilities {
 	case b.handler == "":
 		kernel.Strength, kernel.Detail = sandbox.Weaker, "the RuntimeClass could not be read (no ClusterRole to get runtimeclasses): taken on trust"
 	}
+	seccomp := m("privileges", "seccomp", sandbox.Full, "airlock's container profile, the node's Localhost profile "+b.opts.SeccompProfile)
+	if b.opts.SeccompProfile == "" {
+		seccomp = m("privileges", "seccomp", sandbox.Weaker, "the runtime's default profile (RuntimeDefault), which allows ptrace and "+
+			"reading other processes' memory, and whose ENOSYS refusal of clone3 gVisor answers with EPERM, breaking glibc's threads")
+	}
 	caps.Mechanisms = append(caps.Mechanisms, kernel, network,
 		m("filesystem", "read-only root", sandbox.Full, "readOnlyRootFilesystem; /tmp, /workspace/output and /dev/shm share one memory-backed volume capped by the disk cap"),
 		m("filesystem", "inode cap", sandbox.Weaker, "a memory-backed emptyDir has a size and no inode cap; the disk cap in bytes holds"),
 		m("resources", "memory cap", sandbox.Full, "the Pod's memory limit; reaching it ends the whole sandbox (gVisor's sentry is killed)"),
 		m("resources", "pids cap", sandbox.Weaker, fmt.Sprintf("RLIMIT_NPROC, which gVisor counts per user in the sandbox, the agent's own tasks included (%d more are allowed for them)", AgentTasks)),
 		m("privileges", "user and capabilities", sandbox.Full, "runAsNonRoot as 1000:1000, every capability dropped, no privilege escalation, no service-account token"),
-		m("privileges", "seccomp", sandbox.Full, "the runtime's default profile (RuntimeDefault)"),
+		seccomp,
 		m("privileges", "landlock", sandbox.Weaker, "none: processes of one sandbox may signal one another and write their own /proc files"),
 		m("lifecycle", "sweep", sandbox.Full, "each process's shepherd is the subreaper of what it starts and kills it when the process ends"),
 		m("lifecycle", "owner", sandbox.Full, "every Pod is owned by the ConfigMap "+anchorName+" and has an activeDeadlineSeconds of "+b.opts.MaxLifetime.String()),

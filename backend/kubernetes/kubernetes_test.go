@@ -112,10 +112,11 @@ func leftovers() []string {
 }
 
 // options are the test cluster's backend options, as test/k8s/up.sh
-// sets it up (images imported, no registry, one node of 2 CPUs on which
-// the suite's sandboxes must fit at once).
+// sets it up (images imported, no registry, airlock's seccomp profile
+// installed as airlock.json, one node of 2 CPUs on which the suite's
+// sandboxes must fit at once).
 func options() kubernetes.Options {
-	return kubernetes.Options{Replica: replica, PullPolicy: "Never", CPURequest: 0.1}
+	return kubernetes.Options{Replica: replica, PullPolicy: "Never", SeccompProfile: "airlock.json", CPURequest: 0.1}
 }
 
 // newBackend returns a backend on the test cluster, closed when t ends;

@@ -33,6 +33,16 @@ type Options struct {
 	// PullPolicy is the Pods' imagePullPolicy; "" means IfNotPresent.
 	// The test cluster, which has no registry, uses Never.
 	PullPolicy string
+	// SeccompProfile names the Localhost seccomp profile of the sandbox
+	// Pods, a file in the seccomp folder of each node's kubelet; "" means
+	// the runtime's default profile (RuntimeDefault). Under gVisor the
+	// default profile breaks threads: runsc answers its ENOSYS refusal of
+	// clone3 with EPERM (gVisor ignores errnoRet), on which glibc does not
+	// fall back to clone. airlock's profile (`airlock-k8s-agent
+	// seccomp-profile` prints it) refuses clone3 so that the fallback
+	// works, and refuses what airlock refuses on every container backend
+	// (tracing, other processes' memory, raw sockets…).
+	SeccompProfile string
 	// CPURequest is the share of the policy's CPUs that a sandbox Pod
 	// requests (its limit is always the policy's): 0 means 1, requests
 	// equal to limits and Pods of the Guaranteed QoS class, so that the

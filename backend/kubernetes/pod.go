@@ -64,13 +64,17 @@ func (b *Backend) podFor(id, image string, spec sandbox.Spec) (*corev1.Pod, erro
 	uid := int64(sandboxUID)
 	deadline := int64(b.opts.MaxLifetime.Seconds())
 	grace := int64(0)
+	seccomp := &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
+	if name := b.opts.SeccompProfile; name != "" {
+		seccomp = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: &name}
+	}
 	secure := func(readOnlyRoot bool) *corev1.SecurityContext {
 		return &corev1.SecurityContext{
 			RunAsUser: &uid, RunAsGroup: &uid, RunAsNonRoot: &yes,
 			AllowPrivilegeEscalation: &no, Privileged: &no,
 			ReadOnlyRootFilesystem: &readOnlyRoot,
 			Capabilities:           &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			SeccompProfile:         &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			SeccompProfile:         seccomp,
 		}
 	}
 	mem := resource.NewQuantity(lim.MemoryBytes, resource.BinarySI)
@@ -107,7 +111,7 @@ func (b *Backend) podFor(id, image string, spec sandbox.Spec) (*corev1.Pod, erro
 			DNSConfig: &corev1.PodDNSConfig{Nameservers: []string{"127.0.0.1"}},
 			SecurityContext: &corev1.PodSecurityContext{
 				RunAsUser: &uid, RunAsGroup: &uid, RunAsNonRoot: &yes,
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				SeccompProfile: seccomp,
 			},
 			Containers: []corev1.Container{
 				{

@@ -8,7 +8,8 @@
 #   (runsc with --network=none and --oci-seccomp), CNI bridge + host-local
 #   from Debian with neither a gateway nor NAT on the host, the pause,
 #   agent and python images imported into containerd (images.sh), and the
-#   namespace $AIRLOCK_K8S_NAMESPACE (default airlock-test).
+#   namespace $AIRLOCK_K8S_NAMESPACE (default airlock-test), and airlock's
+#   seccomp profile as the kubelet's Localhost profile airlock.json.
 #
 # Everything listens on 127.0.0.1 on ports of its own; state, logs and
 # pid files live in $AIRLOCK_K8S_STATE (default /run/airlock-k8s);
@@ -254,6 +255,11 @@ syncFrequency: 10s
 fileCheckFrequency: 60s
 nodeStatusUpdateFrequency: 4s
 EOF
+# airlock's seccomp profile as the Localhost profile airlock.json (the
+# tests' Options.SeccompProfile): RuntimeDefault breaks threads under
+# gVisor (see kubernetes.Options.SeccompProfile)
+mkdir -p "$state/kubelet/root/seccomp"
+(cd "$repo" && go run ./cmd/airlock-k8s-agent seccomp-profile) > "$state/kubelet/root/seccomp/airlock.json"
 # The API server reaches the kubelet (exec, logs) at the node's address,
 # and the kubelet refuses to report a loopback one. With an external cloud
 # provider it reports none and keeps what is set: this script plays the

@@ -9,7 +9,7 @@ import (
 // status.
 func Main(args []string) int {
 	if len(args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: airlock-k8s-agent init|run|exec|file|egress|egress-conn|version ...")
+		fmt.Fprintln(os.Stderr, "usage: airlock-k8s-agent init|run|exec|file|egress|egress-conn|seccomp-profile|version ...")
 		return 2
 	}
 	rest := args[2:]
@@ -29,6 +29,8 @@ func Main(args []string) int {
 		return runEgress(rest)
 	case CmdEgressConn:
 		return runEgressConn(rest)
+	case CmdSeccompProfile:
+		return printSeccompProfile(rest)
 	}
 	fmt.Fprintf(os.Stderr, "airlock-k8s-agent: unknown command %q\n", args[1])
 	return 2

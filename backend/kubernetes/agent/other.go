@@ -15,10 +15,11 @@ func linuxOnly([]string) int {
 }
 
 var (
-	runInit       = linuxOnly
-	runShepherd   = linuxOnly
-	runExec       = linuxOnly
-	runFile       = linuxOnly
-	runEgress     = linuxOnly
-	runEgressConn = linuxOnly
+	runInit             = linuxOnly
+	runShepherd         = linuxOnly
+	runExec             = linuxOnly
+	runFile             = linuxOnly
+	runEgress           = linuxOnly
+	runEgressConn       = linuxOnly
+	printSeccompProfile = linuxOnly
 )

@@ -26,6 +26,10 @@ const (
 	CmdEgress     = "egress"      // listens on sandbox.EgressAddr and announces each connection
 	CmdEgressConn = "egress-conn" // splices one announced connection onto stdin and stdout
 	CmdVersion    = "version"     // prints Version
+	// CmdSeccompProfile prints airlock's seccomp profile, for a node's
+	// kubelet (see kubernetes.Options.SeccompProfile); it runs on the
+	// node, not in a Pod.
+	CmdSeccompProfile = "seccomp-profile"
 )
 
 // File operations: "file OP PATH [ARG]".
