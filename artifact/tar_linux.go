@@ -12,6 +12,40 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
+// PAX records by which a stream's writer says what a tar header cannot:
+// PAXLinks, the link count of a regular file (more than 1: a hard link),
+// and PAXType "socket" on the FIFO entry that stands for a socket.
+const (
+	PAXLinks = "AIRLOCK.nlink"
+	PAXType  = "AIRLOCK.type"
+)
+
+// tarTypeReason is, as typeReason for a folder's entries, why an entry
+// of a stream cannot pass: all but folders and regular files of one link.
+func tarTypeReason(h *tar.Header) string {
+	switch h.Typeflag {
+	case tar.TypeDir:
+		return ""
+	case tar.TypeReg:
+		if n := h.PAXRecords[PAXLinks]; n != "" && n != "1" {
+			return fmt.Sprintf("hard link (%s names for one file)", n)
+		}
+		return ""
+	case tar.TypeLink:
+		return "hard link (a second name for " + h.Linkname + ")"
+	case tar.TypeSymlink:
+		return "symbolic link (not followed)"
+	case tar.TypeFifo:
+		if h.PAXRecords[PAXType] == "socket" {
+			return "socket"
+		}
+		return "FIFO (named pipe)"
+	case tar.TypeChar, tar.TypeBlock:
+		return "device node"
+	}
+	return fmt.Sprintf("entry of tar type %q: only folders and regular files leave", h.Typeflag)
+}
+
 // CollectTar gives every entry of a tar stream a verdict, with the rules
 // CollectTo applies to a folder: for a backend that hands out its
 // /workspace/output as an archive rather than a host folder. Only folders
@@ -74,12 +108,15 @@ func (w *walker) tarEntry(ctx context.Context, tr *tar.Reader, h *tar.Header, se
 		w.refuse(rel, h.Size, why)
 		return nil
 	}
-	switch h.Typeflag {
-	case tar.TypeDir:
+	if why := tarTypeReason(h); why != "" {
+		w.refuse(rel, h.Size, why)
 		return nil
-	case tar.TypeReg:
-	default:
-		w.refuse(rel, h.Size, fmt.Sprintf("not a regular file (tar entry type %q): links, devices and FIFOs never leave", h.Typeflag))
+	}
+	if h.Typeflag == tar.TypeDir {
+		// as CollectTo refuses a folder that files would be too deep in
+		if depth := strings.Count(rel, "/") + 1; depth >= w.c.p.MaxDepth {
+			w.refuse(rel, 0, fmt.Sprintf("folder at depth %d: files in it would pass the depth cap of %d", depth, w.c.p.MaxDepth))
+		}
 		return nil
 	}
 	if !w.fileFits(rel, path.Base(rel), h.Size) {

@@ -6,8 +6,10 @@ import (
 	"os"
 	"path"
 	"sort"
+	"strconv"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/artifact"
 	"golang.org/x/sys/unix"
 )
 
@@ -79,6 +81,9 @@ func tarDir(tw *tar.Writer, dir int, prefix string, depth int) error {
 				return err
 			}
 		case unix.S_IFREG:
+			if st.Nlink != 1 {
+				h.PAXRecords = map[string]string{artifact.PAXLinks: strconv.FormatUint(uint64(st.Nlink), 10)}
+			}
 			if err := tarFile(tw, dir, n, h); err != nil {
 				return err
 			}
@@ -102,6 +107,7 @@ func tarDir(tw *tar.Writer, dir int, prefix string, depth int) error {
 				h.Typeflag = tar.TypeBlock
 			default: // a socket has no tar type: a FIFO's header stands for it
 				h.Typeflag = tar.TypeFifo
+				h.PAXRecords = map[string]string{artifact.PAXType: "socket"}
 			}
 			if err := tw.WriteHeader(h); err != nil {
 				return err
