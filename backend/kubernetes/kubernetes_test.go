@@ -154,6 +154,11 @@ var skips = map[string]string{
 	"memory cap": "gVisor does not enforce the memory cap itself: the Pod's cgroup does, and the host's OOM killer ends the sentry, " +
 		"which is the whole sandbox; the command's Result says oom_killed with exit 137 and the sandbox has ended, so the " +
 		"test's second command cannot run (TestMemoryEndsSandbox checks this)",
+	"survives memory bomb at twice the cap": "reaching the memory cap ends the whole sandbox, as the skip of \"memory cap\" " +
+		"says (TestMemoryEndsSandbox checks it): there is no next command to run",
+	"artifact fifo": "a FIFO made inside gVisor lives in the sentry's mount of the sandbox container only: the files " +
+		"container, whose tar stream the filter reads, sees nothing of it on the shared emptyDir",
+	"artifact socket": "a unix socket bound inside gVisor lives in the sentry only: the files container sees nothing of it",
 	"pids_limit_hit reported": "the sandbox's tasks are capped by RLIMIT_NPROC, which gVisor's sentry enforces (forks beyond it " +
 		"fail with EAGAIN), but nothing outside sees a refusal to report",
 	"inodes stop at the cap": "a memory-backed emptyDir is sized in bytes by Kubernetes (sizeLimit), which cannot cap its inodes; " +
