@@ -21,7 +21,7 @@ fail() { echo "k8s images: error: $*" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-have() { $CTR -n k8s.io images ls -q | grep -qx "$1"; }
+have() { $CTR -n k8s.io images ls -q 2>/dev/null | grep -qx "$1"; }
 import() { $CTR -n k8s.io images import --all-platforms "$1" > "$tmp/import.log" 2>&1 || { cat "$tmp/import.log" >&2; fail "ctr import $1 failed"; }; }
 
 pause=$(ls "$cache"/pause-*.tar | head -1)

@@ -41,6 +41,12 @@ func runFile(args []string) int {
 			return fileFail(&dirfs.Error{Kind: dirfs.Invalid, Msg: "put: bad cap " + args[2]})
 		}
 		answer, err = fs.Put(p, os.Stdin, max)
+		// The rest of what the backend sends (it sends at most max+1
+		// bytes) is read and dropped: a refused put that left it unread
+		// would leave the exec's stdin stream full, and the exec did not
+		// end (seen on the test cluster: a put over the input cap hung
+		// until the test was killed).
+		_, _ = io.Copy(io.Discard, io.LimitReader(os.Stdin, max+1))
 	case op == FileGet && len(args) == 2:
 		f, info, gerr := fs.Open(p)
 		if gerr != nil {

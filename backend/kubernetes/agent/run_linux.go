@@ -252,15 +252,25 @@ func (s *shepherd) reap() {
 }
 
 // sweep kills everything below the shepherd until nothing is left, and
-// says how many kills it took.
+// says how many kills it took. Nothing is left once the table has shown
+// none a few times over: the children of a process being killed come
+// back below the shepherd (its subreaper) only once their parent is gone,
+// and a table read in between misses them (a fork bomb's did, under
+// gVisor).
 func sweep() int {
+	const quiet = 3 // empty reads in a row
 	me := os.Getpid()
-	n := 0
+	n, empty := 0, 0
 	for round := 0; round < sweepRounds; round++ {
 		left := descendants(me)
 		if len(left) == 0 {
-			return n
+			if empty++; empty >= quiet {
+				return n
+			}
+			time.Sleep(5 * time.Millisecond)
+			continue
 		}
+		empty = 0
 		for _, pid := range left {
 			if unix.Kill(pid, unix.SIGKILL) == nil {
 				n++
