@@ -87,21 +87,22 @@ func runFile(args []string) int {
 	return 0
 }
 
-// openRoots opens the three folders; inputs are made read-only.
+// openRoots opens the three folders. None is dirfs's ReadOnly (folders
+// 0555): the agent runs as the sandbox's user without the capability to
+// write past a mode, and could not fill a folder it made; what keeps the
+// code from writing its inputs is the sandbox container's read-only
+// mount of them.
 func openRoots() (*dirfs.FS, error) {
 	var roots []dirfs.Root
-	for _, r := range []struct {
-		path string
-		ro   bool
-	}{{TmpDir, false}, {OutputDir, false}, {InputDir, true}} {
-		d, err := os.Open(r.path)
+	for _, p := range []string{TmpDir, OutputDir, InputDir} {
+		d, err := os.Open(p)
 		if err != nil {
 			for _, o := range roots {
 				o.Dir.Close()
 			}
 			return nil, err
 		}
-		roots = append(roots, dirfs.Root{Path: r.path, Dir: d, UID: os.Getuid(), GID: os.Getgid(), ReadOnly: r.ro})
+		roots = append(roots, dirfs.Root{Path: p, Dir: d, UID: os.Getuid(), GID: os.Getgid()})
 	}
 	return dirfs.New(roots...), nil
 }
