@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -46,6 +47,7 @@ type Backend struct {
 	handler      string // the RuntimeClass's handler, "" when it could not be read
 	anchor       *metav1.OwnerReference
 	pods         cache.SharedIndexInformer
+	informers    informers.SharedInformerFactory
 	stop         chan struct{}
 	wg           sync.WaitGroup
 
@@ -186,6 +188,7 @@ func (b *Backend) setup(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labelManaged + "=" + managedBy }))
 	b.pods = factory.Core().V1().Pods().Informer()
+	b.informers = factory
 	_, err = b.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { b.observe(obj, false) },
 		UpdateFunc: func(_, obj any) { b.observe(obj, false) },
@@ -349,6 +352,8 @@ func (b *Backend) Close() error {
 	}
 	close(b.stop)
 	b.wg.Wait()
+	// the informer's watch ends before its connection is closed below
+	b.informers.Shutdown()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := b.client.CoordinationV1().Leases(b.ns).Delete(ctx, b.leaseName(), metav1.DeleteOptions{})
@@ -358,7 +363,7 @@ func (b *Backend) Close() error {
 	// the connections to the API server are client-go's, shared by
 	// clients of the same configuration; the idle ones go now
 	if rc, ok := b.client.CoreV1().RESTClient().(*rest.RESTClient); ok && rc.Client != nil {
-		rc.Client.CloseIdleConnections()
+		utilnet.CloseIdleConnectionsFor(rc.Client.Transport)
 	}
 	return err
 }
