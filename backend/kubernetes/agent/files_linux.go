@@ -11,14 +11,6 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/internal/dirfs"
 )
 
-// The folders the file operations reach, as the files container mounts
-// them (at the same paths as the sandbox container).
-const (
-	InputDir  = "/workspace/input"
-	OutputDir = "/workspace/output"
-	TmpDir    = "/tmp"
-)
-
 // runFile is "file OP PATH [ARG]": one file operation beneath the
 // sandbox's folders (see the File* operations).
 func runFile(args []string) int {

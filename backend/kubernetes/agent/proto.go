@@ -165,3 +165,11 @@ func ReadFrame(r io.Reader) (byte, []byte, error) {
 // and exits with status 1; one that succeeds writes its answer (a
 // dirfs.Info, a list of them, or for get a dirfs.Info line and then the
 // bytes) on stdout.
+
+// The folders the file operations reach, as the files container mounts
+// them (at the same paths as the sandbox container).
+const (
+	InputDir  = "/workspace/input"
+	OutputDir = "/workspace/output"
+	TmpDir    = "/tmp"
+)
