@@ -36,6 +36,9 @@ type serveOptions struct {
 	maxSessions                       int
 	quota                             session.Quota
 	drain                             time.Duration
+	rate                              float64
+	burst                             int
+	headerTimeout, bodyTimeout        time.Duration
 }
 
 func parseServe(env *cliEnv, args []string) (*serveOptions, error) {
@@ -51,11 +54,18 @@ func parseServe(env *cliEnv, args []string) (*serveOptions, error) {
 	fs.Var(sizeFlag{&o.quota.MemoryBytes}, "tenant-memory", "a tenant's memory caps added up, `SIZE` (default 32GiB)")
 	fs.Var(positiveFloat{&o.quota.CPUs}, "tenant-cpus", "a tenant's CPU quotas added up, `CORES` (default 64)")
 	fs.DurationVar(&o.drain, "drain", 30*time.Second, "how long running calls may take to finish on shutdown")
+	fs.Var(positiveFloat{&o.rate}, "rate", "requests a second each key may send, sustained, a `NUMBER` (default 50)")
+	fs.Var(positiveInt{&o.burst}, "rate-burst", "requests each key may send at once above the rate, a `NUMBER` (default 100)")
+	fs.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "how long a client may take to send a request's headers")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", 30*time.Second, "how long a client may take to send a JSON body")
 	if err := fs.parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("takes no arguments, got %q: %w", fs.Arg(0), sandbox.ErrInvalid)
+	}
+	if o.headerTimeout <= 0 || o.bodyTimeout <= 0 {
+		return nil, fmt.Errorf("--header-timeout and --body-timeout must be above zero: %w", sandbox.ErrInvalid)
 	}
 	if o.quota.Sessions == 0 {
 		o.quota.Sessions = 64
@@ -130,7 +140,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) int {
 		return fail(sandbox.ExitFailed, err)
 	}
 	defer m.Close(context.WithoutCancel(ctx))
-	srv, err := server.New(server.Options{Manager: m, Keys: keys, Logger: log})
+	srv, err := server.New(server.Options{Manager: m, Keys: keys, Logger: log, RateLimit: o.rate, RateBurst: o.burst, BodyTimeout: o.bodyTimeout})
 	if err != nil {
 		return fail(sandbox.ExitFailed, err)
 	}
@@ -138,7 +148,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) int {
 	if err != nil {
 		return fail(sandbox.ExitFailed, err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: o.headerTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
@@ -152,6 +162,11 @@ func runServe(ctx context.Context, env *cliEnv, args []string) int {
 	srv.Shutdown()
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.drain)
 	defer cancel()
+	// new calls are answered 503 while the running ones finish; then the
+	// listener closes
+	if err := srv.Drain(dctx); err != nil {
+		log.Warn("calls still running at the end of the drain; they are cancelled", "err", err)
+	}
 	if err := hs.Shutdown(dctx); err != nil {
 		log.Warn("calls still running at the end of the drain; they are cancelled", "err", err)
 		_ = hs.Close()
