@@ -530,14 +530,21 @@ type procCgroup struct {
 	host *cgroupHost
 	dirs map[*hierarchy]string
 	stat *cgstat.Group
+	// init is the host pid of the sandbox's init. The thread of init that
+	// starts the process joins the process's v1 folders (tasks) before it
+	// forks and leaves them only when it exits, so cgroup.procs may list
+	// init while the thread lingers: a sweep must spare it, or it kills
+	// the whole sandbox.
+	init int
 }
 
 // newProc makes the folder of process name, and opens what init needs to
 // start the process there: the v1 folders' "tasks" files and the v2
 // folder itself (tasks, dir), which the caller closes. owner is the host
-// id of the sandbox's root, who gets the v2 folder's cgroup.procs.
-func (cg *cgroup) newProc(name string, owner int) (p *procCgroup, tasks []*os.File, dir *os.File, err error) {
-	p = &procCgroup{host: cg.host, dirs: map[*hierarchy]string{}}
+// id of the sandbox's root, who gets the v2 folder's cgroup.procs; init
+// is init's host pid, which sweeps spare.
+func (cg *cgroup) newProc(name string, owner, init int) (p *procCgroup, tasks []*os.File, dir *os.File, err error) {
+	p = &procCgroup{host: cg.host, dirs: map[*hierarchy]string{}, init: init}
 	defer func() {
 		if err != nil {
 			for _, f := range tasks {
@@ -602,12 +609,13 @@ const sweepTimeout = 10 * time.Second
 // sweep kills everything in the process's folder and waits until it is
 // empty.
 func (p *procCgroup) sweep() error {
-	return sweepDirs(p.host, p.dirs)
+	return sweepDirs(p.host, p.dirs, p.init)
 }
 
-// sweepDirs kills everything in dirs (one folder per hierarchy) with the
-// host's sweep mechanism, and waits until the folders are empty.
-func sweepDirs(h *cgroupHost, dirs map[*hierarchy]string) error {
+// sweepDirs kills everything in dirs (one folder per hierarchy) but the
+// process spare (0: none) with the host's sweep mechanism, and waits
+// until the folders hold nothing else.
+func sweepDirs(h *cgroupHost, dirs map[*hierarchy]string, spare int) error {
 	deadline := time.Now().Add(sweepTimeout)
 	if t := h.track; t != nil && dirs[t] != "" {
 		d := dirs[t]
@@ -615,12 +623,12 @@ func sweepDirs(h *cgroupHost, dirs map[*hierarchy]string) error {
 			if err := writeFile(d, "cgroup.kill", "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
-		} else if err := freezeAndKill(d, deadline); err != nil {
+		} else if err := freezeAndKill(d, deadline, spare); err != nil {
 			return err
 		}
 	}
 	for _, d := range dirs {
-		if err := killUntilEmpty(d, deadline); err != nil {
+		if err := killUntilEmpty(d, deadline, spare); err != nil {
 			return err
 		}
 	}
@@ -628,8 +636,9 @@ func sweepDirs(h *cgroupHost, dirs map[*hierarchy]string) error {
 }
 
 // freezeAndKill freezes a v1 freezer folder, so that nothing in it can
-// fork, kills everything in it, and thaws it for the kills to land.
-func freezeAndKill(d string, deadline time.Time) error {
+// fork, kills everything in it but spare, and thaws it for the kills to
+// land.
+func freezeAndKill(d string, deadline time.Time, spare int) error {
 	if err := writeFile(d, "freezer.state", "FROZEN"); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -646,14 +655,15 @@ func freezeAndKill(d string, deadline time.Time) error {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
-	killCgroupProcs(d)
+	killCgroupProcs(d, spare)
 	return writeFile(d, "freezer.state", "THAWED")
 }
 
-// killUntilEmpty kills what is in folder d until no process is left in it.
-func killUntilEmpty(d string, deadline time.Time) error {
+// killUntilEmpty kills what is in folder d until no process but spare is
+// left in it.
+func killUntilEmpty(d string, deadline time.Time, spare int) error {
 	for wait := 50 * time.Microsecond; ; wait = min(wait*2, 5*time.Millisecond) {
-		if killCgroupProcs(d) == 0 {
+		if killCgroupProcs(d, spare) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -663,13 +673,13 @@ func killUntilEmpty(d string, deadline time.Time) error {
 	}
 }
 
-// killCgroupProcs sends SIGKILL to every process listed in folder d and
-// says how many it found.
-func killCgroupProcs(d string) int {
+// killCgroupProcs sends SIGKILL to every process listed in folder d but
+// spare (0: none) and says how many it found.
+func killCgroupProcs(d string, spare int) int {
 	b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 	n := 0
 	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 && pid != spare {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			n++
 		}
@@ -681,7 +691,7 @@ func killCgroupProcs(d string) int {
 func (p *procCgroup) remove() error {
 	var errs []error
 	for _, d := range p.dirs {
-		errs = append(errs, removeCgroupDir(d))
+		errs = append(errs, removeCgroupDir(d, p.init))
 	}
 	return errors.Join(errs...)
 }
@@ -717,13 +727,14 @@ func removeTree(d string) error {
 			errs = append(errs, removeTree(filepath.Join(d, e.Name())))
 		}
 	}
-	errs = append(errs, removeCgroupDir(d))
+	errs = append(errs, removeCgroupDir(d, 0))
 	return errors.Join(errs...)
 }
 
-// removeCgroupDir empties and removes one cgroup folder. The last tasks of
-// a killed sandbox may take a moment to leave, so EBUSY is retried.
-func removeCgroupDir(d string) error {
+// removeCgroupDir empties and removes one cgroup folder, sparing the
+// process spare (0: none), whose thread leaves by itself. The last tasks
+// of a killed sandbox may take a moment to leave, so EBUSY is retried.
+func removeCgroupDir(d string, spare int) error {
 	var err error
 	for i := range 200 {
 		if err = os.Remove(d); err == nil || errors.Is(err, fs.ErrNotExist) {
@@ -732,7 +743,7 @@ func removeCgroupDir(d string) error {
 		if !errors.Is(err, syscall.EBUSY) {
 			break
 		}
-		killCgroupProcs(d)
+		killCgroupProcs(d, spare)
 		time.Sleep(time.Duration(min(i+1, 20)) * time.Millisecond)
 	}
 	return fmt.Errorf("remove cgroup %s: %w", d, err)

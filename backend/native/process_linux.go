@@ -68,7 +68,7 @@ func (i *instance) Start(ctx context.Context, ps sandbox.ProcessSpec) (sandbox.P
 	if i.cg != nil {
 		var tasks []*os.File
 		var dir *os.File
-		p.cg, tasks, dir, err = i.cg.newProc("p"+strconv.FormatUint(p.seq, 10), i.hostRoot)
+		p.cg, tasks, dir, err = i.cg.newProc("p"+strconv.FormatUint(p.seq, 10), i.hostRoot, i.cmd.Process.Pid)
 		if err != nil {
 			return nil, err
 		}
