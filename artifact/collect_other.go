@@ -5,6 +5,7 @@ package artifact
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -21,3 +22,20 @@ func CollectTo(ctx context.Context, src *os.File, dst Destination, p sandbox.Art
 func CheckFile(ctx context.Context, root *os.File, rel string, out Output, p sandbox.ArtifactPolicy) (sandbox.Artifact, error) {
 	return sandbox.Artifact{}, fmt.Errorf("artifact checks beneath a folder need openat2 (Linux): %w", sandbox.ErrUnsupported)
 }
+
+// Placer needs openat2, which only Linux has; elsewhere OpenPlacer fails
+// with sandbox.ErrUnsupported.
+type Placer struct{}
+
+// OpenPlacer fails with sandbox.ErrUnsupported outside Linux.
+func OpenPlacer(dst Destination) (*Placer, error) {
+	return nil, fmt.Errorf("placing artifacts needs openat2 (Linux): %w", sandbox.ErrUnsupported)
+}
+
+// Place is never reached: OpenPlacer fails.
+func (p *Placer) Place(rel string, r io.Reader) (string, error) {
+	return "", fmt.Errorf("placing artifacts needs openat2 (Linux): %w", sandbox.ErrUnsupported)
+}
+
+// Close does nothing.
+func (p *Placer) Close() {}
