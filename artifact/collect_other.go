@@ -39,3 +39,9 @@ func (p *Placer) Place(rel string, r io.Reader) (string, error) {
 
 // Close does nothing.
 func (p *Placer) Close() {}
+
+// CollectTar writes beneath dst.Dir with openat2, which only Linux has;
+// elsewhere it fails with sandbox.ErrUnsupported.
+func CollectTar(ctx context.Context, src io.Reader, dst Destination, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
+	return nil, fmt.Errorf("artifact collection needs openat2 (Linux): %w", sandbox.ErrUnsupported)
+}

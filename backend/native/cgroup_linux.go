@@ -530,21 +530,14 @@ type procCgroup struct {
 	host *cgroupHost
 	dirs map[*hierarchy]string
 	stat *cgstat.Group
-	// init is the host pid of the sandbox's init. The thread of init that
-	// starts the process joins the process's v1 folders (tasks) before it
-	// forks and leaves them only when it exits, so cgroup.procs may list
-	// init while the thread lingers: a sweep must spare it, or it kills
-	// the whole sandbox.
-	init int
 }
 
 // newProc makes the folder of process name, and opens what init needs to
 // start the process there: the v1 folders' "tasks" files and the v2
 // folder itself (tasks, dir), which the caller closes. owner is the host
-// id of the sandbox's root, who gets the v2 folder's cgroup.procs; init
-// is init's host pid, which sweeps spare.
-func (cg *cgroup) newProc(name string, owner, init int) (p *procCgroup, tasks []*os.File, dir *os.File, err error) {
-	p = &procCgroup{host: cg.host, dirs: map[*hierarchy]string{}, init: init}
+// id of the sandbox's root, who gets the v2 folder's cgroup.procs.
+func (cg *cgroup) newProc(name string, owner int) (p *procCgroup, tasks []*os.File, dir *os.File, err error) {
+	p = &procCgroup{host: cg.host, dirs: map[*hierarchy]string{}}
 	defer func() {
 		if err != nil {
 			for _, f := range tasks {
@@ -553,7 +546,7 @@ func (cg *cgroup) newProc(name string, owner, init int) (p *procCgroup, tasks []
 			if dir != nil {
 				dir.Close()
 			}
-			_ = p.remove()
+			_ = p.remove(0) // nothing ran in it
 		}
 	}()
 	err = cg.each(func(hy *hierarchy, d string) error {
@@ -606,29 +599,24 @@ func (cg *cgroup) newProc(name string, owner, init int) (p *procCgroup, tasks []
 // sweepTimeout bounds one sweep.
 const sweepTimeout = 10 * time.Second
 
-// sweep kills everything in the process's folder and waits until it is
-// empty.
-func (p *procCgroup) sweep() error {
-	return sweepDirs(p.host, p.dirs, p.init)
-}
-
-// sweepDirs kills everything in dirs (one folder per hierarchy) but the
-// process spare (0: none) with the host's sweep mechanism, and waits
-// until the folders hold nothing else.
-func sweepDirs(h *cgroupHost, dirs map[*hierarchy]string, spare int) error {
+// sweep kills everything in the process's folder but init and waits
+// until nothing else is left there. On cgroup v1, init's thread that
+// forked the process joined the folder's tasks to do so, and may not have
+// left yet: the folder then lists init's pid, which must never be killed.
+func (p *procCgroup) sweep(initPid int) error {
 	deadline := time.Now().Add(sweepTimeout)
-	if t := h.track; t != nil && dirs[t] != "" {
-		d := dirs[t]
+	if t := p.host.track; t != nil && p.dirs[t] != "" {
+		d := p.dirs[t]
 		if t.v2 {
 			if err := writeFile(d, "cgroup.kill", "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
-		} else if err := freezeAndKill(d, deadline, spare); err != nil {
+		} else if err := freezeAndKill(d, initPid, deadline); err != nil {
 			return err
 		}
 	}
-	for _, d := range dirs {
-		if err := killUntilEmpty(d, deadline, spare); err != nil {
+	for _, d := range p.dirs {
+		if err := killUntilEmpty(d, initPid, deadline); err != nil {
 			return err
 		}
 	}
@@ -636,9 +624,8 @@ func sweepDirs(h *cgroupHost, dirs map[*hierarchy]string, spare int) error {
 }
 
 // freezeAndKill freezes a v1 freezer folder, so that nothing in it can
-// fork, kills everything in it but spare, and thaws it for the kills to
-// land.
-func freezeAndKill(d string, deadline time.Time, spare int) error {
+// fork, kills everything in it, and thaws it for the kills to land.
+func freezeAndKill(d string, spare int, deadline time.Time) error {
 	if err := writeFile(d, "freezer.state", "FROZEN"); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -659,9 +646,9 @@ func freezeAndKill(d string, deadline time.Time, spare int) error {
 	return writeFile(d, "freezer.state", "THAWED")
 }
 
-// killUntilEmpty kills what is in folder d until no process but spare is
-// left in it.
-func killUntilEmpty(d string, deadline time.Time, spare int) error {
+// killUntilEmpty kills what is in folder d, but process spare, until no
+// other process is left in it.
+func killUntilEmpty(d string, spare int, deadline time.Time) error {
 	for wait := 50 * time.Microsecond; ; wait = min(wait*2, 5*time.Millisecond) {
 		if killCgroupProcs(d, spare) == 0 {
 			return nil
@@ -688,10 +675,10 @@ func killCgroupProcs(d string, spare int) int {
 }
 
 // remove deletes the process's folders; they must be empty.
-func (p *procCgroup) remove() error {
+func (p *procCgroup) remove(spare int) error {
 	var errs []error
 	for _, d := range p.dirs {
-		errs = append(errs, removeCgroupDir(d, p.init))
+		errs = append(errs, removeCgroupDir(d, spare))
 	}
 	return errors.Join(errs...)
 }
@@ -731,9 +718,10 @@ func removeTree(d string) error {
 	return errors.Join(errs...)
 }
 
-// removeCgroupDir empties and removes one cgroup folder, sparing the
-// process spare (0: none), whose thread leaves by itself. The last tasks
-// of a killed sandbox may take a moment to leave, so EBUSY is retried.
+// removeCgroupDir empties and removes one cgroup folder, killing what is
+// left in it but process spare. The last tasks of a killed sandbox (and a
+// thread of init that is leaving) may take a moment to go, so EBUSY is
+// retried.
 func removeCgroupDir(d string, spare int) error {
 	var err error
 	for i := range 200 {

@@ -58,7 +58,7 @@ func run(n, poolSize, warm int) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		if bin, err = bench.Build(root, dir); err != nil {
+		if bin, err = bench.Build(root, dir, "airlock"); err != nil {
 			return err
 		}
 	}
