@@ -452,7 +452,7 @@ func TestTTLExpiry(t *testing.T) {
 // time do not hold up others, which answer fast meanwhile, and are cut
 // off once their time is up.
 func TestSlowLoris(t *testing.T) {
-	s := startServer(t, serverConfig{args: []string{"--header-timeout", "2s", "--body-timeout", "2s", "--rate", "10000"}})
+	s := startServer(t, serverConfig{args: []string{"--header-timeout", "4s", "--body-timeout", "4s", "--rate", "10000"}})
 	c := s.client(t, keyA, client.Options{Retries: -1})
 	cx := ctx(t, time.Minute)
 	sess, err := c.CreateSession(cx, api.CreateSession{})
@@ -522,13 +522,15 @@ func TestSlowLoris(t *testing.T) {
 		}
 		worst = max(worst, time.Since(start))
 	}
-	if worst > time.Second {
-		t.Errorf("an exec took %v while slow clients were connected", worst)
+	// a server the slow clients held up would answer only once they are
+	// cut, after 4 s; a loaded host may make an exec slow, not that slow
+	if worst > 3*time.Second {
+		t.Errorf("an exec took %v while slow clients were connected: they held it up", worst)
 	}
 	for i := 0; i < 6; i++ {
 		o := <-results
-		if o.cut == 0 || o.cut > 6*time.Second {
-			t.Errorf("a slow %s client: cut after %v (%q), want within a few seconds of the 2s timeout", o.what, o.cut, o.answer)
+		if o.cut < 3*time.Second || o.cut > 10*time.Second {
+			t.Errorf("a slow %s client: cut after %v (%q), want within a few seconds of the 4s timeout", o.what, o.cut, o.answer)
 		}
 		if o.what == "body" && !strings.Contains(o.answer, "408") {
 			t.Errorf("a slow body: answered %q, want a 408", o.answer)
