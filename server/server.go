@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,11 +70,21 @@ type Server struct {
 	log      *slog.Logger
 	limiters sync.Map // key hash or tenant -> *rate.Limiter
 	closing  atomic.Bool
+	active   atomic.Int64 // API calls in progress, for Drain
 	routes   []route
+	openapi  []byte // the OpenAPI document, built once by New
 }
 
-// route is one registered route, for the OpenAPI check.
-type route struct{ Method, Pattern string }
+// route is one registered route and what the OpenAPI document says of it.
+type route struct {
+	Method, Pattern string
+	// Public routes need no key.
+	Public bool
+	// Mounted routes are Options.Extra's: the document knows only that
+	// they exist.
+	Mounted bool
+	Doc     routeDoc
+}
 
 // New returns a Server.
 func New(opts Options) (*Server, error) {
@@ -99,9 +111,24 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), log: opts.Logger}
 	s.register()
-	for pattern, h := range opts.Extra {
-		s.mux.Handle(pattern, h)
+	extra := make([]string, 0, len(opts.Extra))
+	for pattern := range opts.Extra {
+		extra = append(extra, pattern)
 	}
+	sort.Strings(extra)
+	for _, pattern := range extra {
+		method, path, ok := strings.Cut(pattern, " ")
+		if !ok {
+			method, path = "", pattern
+		}
+		s.routes = append(s.routes, route{Method: method, Pattern: path, Public: true, Mounted: true})
+		s.mux.Handle(pattern, opts.Extra[pattern])
+	}
+	doc, err := s.buildOpenAPI()
+	if err != nil {
+		return nil, fmt.Errorf("server: the OpenAPI document: %w", err)
+	}
+	s.openapi = doc
 	return s, nil
 }
 
@@ -123,11 +150,14 @@ func CheckListen(addr string, keys *Keys) error {
 	return fmt.Errorf("listening on %s without API keys would let anyone run code here; give --keys-file or AIRLOCK_API_KEYS, or listen on 127.0.0.1: %w", addr, sandbox.ErrInvalid)
 }
 
-// Routes lists the API's routes as "METHOD PATTERN".
+// Routes lists every pattern the server's mux serves, as "METHOD
+// PATTERN" ("PATTERN" alone for an Extra handler mounted for every
+// method), in the order they were registered; the fallback that answers
+// 404 to anything else is not among them.
 func (s *Server) Routes() []string {
 	out := make([]string, len(s.routes))
 	for i, r := range s.routes {
-		out[i] = r.Method + " " + r.Pattern
+		out[i] = strings.TrimSpace(r.Method + " " + r.Pattern)
 	}
 	return out
 }
@@ -136,10 +166,16 @@ func (s *Server) Routes() []string {
 // status, or nil once it has written its answer.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, t *Tenant) error
 
-// handle registers an authenticated API route.
-func (s *Server) handle(method, pattern string, h handlerFunc) {
-	s.routes = append(s.routes, route{method, pattern})
+// handle registers an authenticated API route and its documentation.
+func (s *Server) handle(method, pattern string, h handlerFunc, doc routeDoc) {
+	s.routes = append(s.routes, route{Method: method, Pattern: pattern, Doc: doc})
 	s.mux.Handle(method+" "+pattern, s.api(h))
+}
+
+// public registers a route that needs no key, and its documentation.
+func (s *Server) public(method, pattern string, h http.HandlerFunc, doc routeDoc) {
+	s.routes = append(s.routes, route{Method: method, Pattern: pattern, Public: true, Doc: doc})
+	s.mux.Handle(method+" "+pattern, h)
 }
 
 // ServeHTTP serves the API.
@@ -231,6 +267,8 @@ func (s *Server) api(h handlerFunc) http.Handler {
 		if sw, ok := w.(*statusWriter); ok {
 			sw.tenant = t.Name
 		}
+		s.active.Add(1)
+		defer s.active.Add(-1)
 		if lim := s.limiter(key); !lim.Allow() {
 			wait := lim.Reserve()
 			d := wait.Delay()
@@ -278,8 +316,29 @@ func (s *Server) limiter(key string) *rate.Limiter {
 }
 
 // Shutdown makes the API answer 503 to new requests; the caller then
-// stops the listener (http.Server.Shutdown) and closes the Manager.
+// waits for the calls in progress (Drain), stops the listener
+// (http.Server.Shutdown) and closes the Manager.
 func (s *Server) Shutdown() { s.closing.Store(true) }
+
+// drainPoll is how often Drain looks at the calls in progress.
+const drainPoll = 20 * time.Millisecond
+
+// Drain waits until no API call is in progress, or ctx ends. Calls that
+// arrive after Shutdown are answered 503 and not waited for. Meanwhile
+// the listener stays open, so that a client sees the 503 and not a
+// refused connection.
+func (s *Server) Drain(ctx context.Context) error {
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for s.active.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d calls still running: %w", s.active.Load(), context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+	return nil
+}
 
 // statusError is an error that carries its HTTP status and code.
 type statusError struct {
@@ -357,6 +416,10 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return err
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.Header().Set("Connection", "close")
+			return errorf(http.StatusRequestTimeout, api.CodeTimeout, "the body did not arrive within %v", s.opts.BodyTimeout)
 		}
 		if errors.Is(err, io.EOF) {
 			return errorf(http.StatusBadRequest, api.CodeInvalid, "the request needs a JSON body")

@@ -45,6 +45,9 @@ type serveOptions struct {
 	maxSessions                       int
 	quota                             session.Quota
 	drain                             time.Duration
+	rate                              float64
+	burst                             int
+	headerTimeout, bodyTimeout        time.Duration
 	auditDB, metricsAddr              string
 	auditRetention                    time.Duration
 	auditFsync                        bool
@@ -63,6 +66,10 @@ func parseServe(env *cliEnv, args []string) (*serveOptions, error) {
 	fs.Var(sizeFlag{&o.quota.MemoryBytes}, "tenant-memory", "a tenant's memory caps added up, `SIZE` (default 32GiB)")
 	fs.Var(positiveFloat{&o.quota.CPUs}, "tenant-cpus", "a tenant's CPU quotas added up, `CORES` (default 64)")
 	fs.DurationVar(&o.drain, "drain", 30*time.Second, "how long running calls may take to finish on shutdown")
+	fs.Var(positiveFloat{&o.rate}, "rate", "requests a second each key may send, sustained, a `NUMBER` (default 50)")
+	fs.Var(positiveInt{&o.burst}, "rate-burst", "requests each key may send at once above the rate, a `NUMBER` (default 100)")
+	fs.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "how long a client may take to send a request's headers")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", 30*time.Second, "how long a client may take to send a JSON body")
 	fs.StringVar(&o.auditDB, "audit-db", "", "the audit log, an SQLite `PATH`, or none (default $AIRLOCK_HOME/audit.db, else ~/.local/share/airlock/audit.db)")
 	o.auditRetention = 720 * time.Hour
 	fs.Var(zeroOrDuration{&o.auditRetention}, "audit-retention", "how long audit records are kept, a `DURATION`; 0 keeps them for ever")
@@ -80,6 +87,9 @@ func parseServe(env *cliEnv, args []string) (*serveOptions, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("takes no arguments, got %q: %w", fs.Arg(0), sandbox.ErrInvalid)
+	}
+	if o.headerTimeout <= 0 || o.bodyTimeout <= 0 {
+		return nil, fmt.Errorf("--header-timeout and --body-timeout must be above zero: %w", sandbox.ErrInvalid)
 	}
 	if o.quota.Sessions == 0 {
 		o.quota.Sessions = 64
@@ -182,7 +192,8 @@ func runServe(ctx context.Context, env *cliEnv, args []string) int {
 	if o.metricsAddr == "" {
 		extra["GET /metrics"] = met.Handler()
 	}
-	srv, err := server.New(server.Options{Manager: m, Keys: keys, Logger: log, Audit: reader, Extra: extra})
+	srv, err := server.New(server.Options{Manager: m, Keys: keys, Logger: log, Audit: reader, Extra: extra,
+		RateLimit: o.rate, RateBurst: o.burst, BodyTimeout: o.bodyTimeout})
 	if err != nil {
 		return fail(sandbox.ExitFailed, err)
 	}
@@ -191,7 +202,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) int {
 		return fail(sandbox.ExitFailed, err)
 	}
 	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
-	hs := &http.Server{Handler: met.Instrument(srv), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+	hs := &http.Server{Handler: met.Instrument(srv), ReadHeaderTimeout: o.headerTimeout, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
 		ErrorLog: errLog}
 	served := make(chan error, 2)
 	go func() { served <- hs.Serve(ln) }()
@@ -222,6 +233,11 @@ func runServe(ctx context.Context, env *cliEnv, args []string) int {
 	srv.Shutdown()
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.drain)
 	defer cancel()
+	// new calls are answered 503 while the running ones finish; then the
+	// listener closes
+	if err := srv.Drain(dctx); err != nil {
+		log.Warn("calls still running at the end of the drain; they are cancelled", "err", err)
+	}
 	if err := hs.Shutdown(dctx); err != nil {
 		log.Warn("calls still running at the end of the drain; they are cancelled", "err", err)
 		_ = hs.Close()
