@@ -107,3 +107,16 @@ func (c *Client) DeleteContext(ctx context.Context, id, contextID string) error 
 	}
 	return c.del(ctx, p)
 }
+
+// RestartContext restarts an interpreter context: its state (variables,
+// imports) is gone; the context keeps its id.
+func (c *Client) RestartContext(ctx context.Context, id, contextID string) error {
+	if err := checkName("context", contextID); err != nil {
+		return err
+	}
+	p, err := sessionPath(id, "/contexts/", contextID, "/restart")
+	if err != nil {
+		return err
+	}
+	return c.post(ctx, p, nil, nil)
+}

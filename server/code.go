@@ -9,13 +9,21 @@ import (
 	"github.com/airlock-sandbox/airlock/session"
 )
 
-// registerCode mounts the code and context routes.
-func (s *Server) registerCode() {
-	s.handle("POST", "/v1/sessions/{id}/code", s.code)
-	s.handle("POST", "/v1/sessions/{id}/contexts", s.createContext)
-	s.handle("GET", "/v1/sessions/{id}/contexts", s.listContexts)
-	s.handle("DELETE", "/v1/sessions/{id}/contexts/{ctx}", s.deleteContext)
-	s.handle("POST", "/v1/sessions/{id}/contexts/{ctx}/restart", s.restartContext)
+// registerCode mounts the code and context routes, with the error
+// statuses every session route and every route with a body may give.
+func (s *Server) registerCode(sessionErrs, bodyErrs []int) {
+	s.handle("POST", "/v1/sessions/{id}/code", s.code, routeDoc{ID: "runCode", Tag: "code",
+		Summary: "Run code in an interpreter context (the language's default one without context) and answer its events, or stream them (Accept: application/x-ndjson)",
+		Request: api.Code{}, Status: 200, Response: api.CodeResult{}, Stream: api.CodeEvent{}, Errors: join(sessionErrs, bodyErrs)})
+	s.handle("POST", "/v1/sessions/{id}/contexts", s.createContext, routeDoc{ID: "createContext", Tag: "code",
+		Summary: "Start an interpreter context (python, javascript or bash)", Request: api.CreateContext{},
+		Status: 201, Response: api.Context{}, Errors: join(sessionErrs, bodyErrs)})
+	s.handle("GET", "/v1/sessions/{id}/contexts", s.listContexts, routeDoc{ID: "listContexts", Tag: "code",
+		Summary: "List the session's interpreter contexts", Status: 200, Response: api.ContextList{}, Errors: sessionErrs})
+	s.handle("DELETE", "/v1/sessions/{id}/contexts/{context}", s.deleteContext, routeDoc{ID: "deleteContext", Tag: "code",
+		Summary: "End an interpreter context and what it held", Status: 204, Errors: sessionErrs})
+	s.handle("POST", "/v1/sessions/{id}/contexts/{context}/restart", s.restartContext, routeDoc{ID: "restartContext", Tag: "code",
+		Summary: "Restart an interpreter context: its state is gone", Status: 204, Errors: sessionErrs})
 }
 
 // codeEvent turns an interpreter event into its wire form.
@@ -96,7 +104,7 @@ func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request, t *Tenant
 	if err != nil {
 		return err
 	}
-	if err := sess.RemoveContext(r.Context(), r.PathValue("ctx")); err != nil {
+	if err := sess.RemoveContext(r.Context(), r.PathValue("context")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -108,7 +116,7 @@ func (s *Server) restartContext(w http.ResponseWriter, r *http.Request, t *Tenan
 	if err != nil {
 		return err
 	}
-	if err := sess.RestartContext(r.Context(), r.PathValue("ctx")); err != nil {
+	if err := sess.RestartContext(r.Context(), r.PathValue("context")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -489,6 +489,22 @@ func TestOpenAPIAnswers(t *testing.T) {
 	js("POST /v1/sessions/{id}/processes/{pid}/signal", s+"/processes/"+pr.ID+"/signal", map[string]any{"signal": "NOPE"}, 400)
 	js("GET /v1/sessions/{id}/processes/{pid}", s+"/processes/"+pr.ID+"?wait=10", nil, 200)
 	js("GET /v1/sessions/{id}/processes/{pid}", s+"/processes/nothing", nil, 404)
+	var cx struct{ ID string }
+	_ = json.Unmarshal(js("POST /v1/sessions/{id}/contexts", s+"/contexts", map[string]any{"language": "python", "cwd": "/tmp"}, 201).body, &cx)
+	js("GET /v1/sessions/{id}/contexts", s+"/contexts", nil, 200)
+	a = js("POST /v1/sessions/{id}/code", s+"/code", map[string]any{"code": "x = 20\nx * 2 + 2", "context": cx.ID}, 200)
+	if !strings.Contains(string(a.body), `"text/plain":"42"`) {
+		t.Errorf("a code call's result: %s", a.body)
+	}
+	b, _ = json.Marshal(map[string]any{"code": "print(x)", "context": cx.ID})
+	a = do("POST /v1/sessions/{id}/code", s+"/code", ts.call(t, "POST", s+"/code", testKey, "application/json", bytes.NewReader(b), "application/x-ndjson"), 200)
+	if !strings.Contains(string(a.body), `"type":"stdout","text":"20\n"`) || !strings.Contains(string(a.body), `"type":"end"`) {
+		t.Errorf("a code stream: %s", a.body)
+	}
+	js("POST /v1/sessions/{id}/code", s+"/code", map[string]any{"code": "1", "language": "cobol"}, 400)
+	raw("POST /v1/sessions/{id}/contexts/{context}/restart", s+"/contexts/"+cx.ID+"/restart", "", 204)
+	raw("DELETE /v1/sessions/{id}/contexts/{context}", s+"/contexts/"+cx.ID, "", 204)
+	js("POST /v1/sessions/{id}/code", s+"/code", map[string]any{"code": "1", "context": cx.ID}, 404)
 	js("GET /v1/audit", "/v1/audit", nil, 501)
 	do("GET /v1/sessions", "/v1/sessions", ts.call(t, "GET", "/v1/sessions", "", "", nil, ""), 401)
 	do("GET /openapi.json", "/openapi.json", ts.call(t, "GET", "/openapi.json", "", "", nil, ""), 200)

@@ -67,7 +67,7 @@ func (s *Server) register() {
 		Summary: "Write the body to a background process's stdin; with eof=1 close it after", RawRequest: "the bytes for stdin",
 		Status: 204, Query: []param{{Name: "eof", Type: "string", Description: "1 closes stdin after the body"}},
 		Errors: join(sessionErrs, []int{408, 409, 413})})
-	s.registerCode()
+	s.registerCode(sessionErrs, bodyErrs)
 	s.handle("GET", "/v1/audit", s.audit, routeDoc{ID: "listAudit", Tag: "audit",
 		Summary: "Read a page of the tenant's own audit records, oldest first", Status: 200, Response: api.AuditList{},
 		Query: []param{{Name: "after", Type: "integer", Description: "the id of the last record seen (the previous page's next)"},
