@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 )
 
@@ -91,6 +91,9 @@ type serverConfig struct {
 	keys []string
 	// args are more flags.
 	args []string
+	// home is the AIRLOCK_HOME to serve images from (the audit log then
+	// goes to the test's folder); "" is a fresh, empty one.
+	home string
 }
 
 // startServer starts airlock serve on a free loopback port and waits
@@ -108,7 +111,7 @@ func startServer(t testing.TB, cfg serverConfig) *server {
 	var s *server
 	for try := 0; ; try++ {
 		var err error
-		s, err = launch(t, dir, keys, cfg.args)
+		s, err = launch(t, dir, keys, cfg)
 		if err == nil {
 			break
 		}
@@ -138,7 +141,7 @@ func freePort() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-func launch(t testing.TB, dir, keys string, args []string) (*server, error) {
+func launch(t testing.TB, dir, keys string, cfg serverConfig) (*server, error) {
 	addr, err := freePort()
 	if err != nil {
 		return nil, err
@@ -153,8 +156,14 @@ func launch(t testing.TB, dir, keys string, args []string) (*server, error) {
 		return nil, err
 	}
 	defer log.Close()
-	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr, "--keys-file", keys}, args...)...)
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "AIRLOCK_HOME="+filepath.Join(dir, "home"))
+	args := append([]string{"serve", "--addr", addr, "--keys-file", keys}, cfg.args...)
+	home := filepath.Join(dir, "home")
+	if cfg.home != "" {
+		home = cfg.home
+		args = append(args, "--audit-db", filepath.Join(tmp, "..", filepath.Base(tmp)+".audit.db"))
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "AIRLOCK_HOME="+home)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -266,21 +275,6 @@ func parentOf(pid string) int {
 	return ppid
 }
 
-// cgroupRoots lists the mounted cgroup hierarchies.
-func cgroupRoots() []string {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	var roots []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		for i, x := range f {
-			if x == "-" && i+1 < len(f) && (f[i+1] == "cgroup" || f[i+1] == "cgroup2") {
-				roots = append(roots, f[4])
-			}
-		}
-	}
-	return roots
-}
-
 // leftovers lists what airlock process pid left on the host: sandbox init
 // processes it started, cgroup folders named after it in any hierarchy,
 // however deep its own cgroup is (native names them …/airlock/PID-START-ID),
@@ -298,20 +292,8 @@ func leftovers(pid int, tmp string) []string {
 			break
 		}
 	}
-	for _, root := range cgroupRoots() {
-		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || !d.IsDir() {
-				return nil
-			}
-			if strings.Count(strings.TrimPrefix(p, root), "/") > 8 {
-				return filepath.SkipDir
-			}
-			if filepath.Base(filepath.Dir(p)) == "airlock" && strings.HasPrefix(d.Name(), prefix) {
-				out = append(out, "cgroup "+p)
-				return filepath.SkipDir
-			}
-			return nil
-		})
+	for _, d := range leakcheck.Cgroups(pid) {
+		out = append(out, "cgroup "+d)
 	}
 	reg, _ := filepath.Glob(filepath.Join("/run/airlock/native", prefix+"*"))
 	for _, r := range reg {
