@@ -338,3 +338,30 @@ func TestRestartAndClose(t *testing.T) {
 		t.Errorf("a second Close: %v", err)
 	}
 }
+
+func TestRunContextEnds(t *testing.T) {
+	inst := hostSandbox(t)
+	c := start(t, inst, interp.Options{})
+	ok(t, run(t, c, "kept = 1", 30*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	x, err := c.Run(ctx, "import time\ntime.sleep(60)", 0, nil)
+	if !errors.Is(err, context.DeadlineExceeded) || !x.Interrupted || errorName(x) != "KeyboardInterrupt" {
+		t.Errorf("a call whose ctx ended: %v, %s", err, events(x))
+	}
+	if x := ok(t, run(t, c, "kept", 30*time.Second)); text(x) != "1" {
+		t.Errorf("after it: %s", events(x))
+	}
+}
+
+func TestSandboxDestroyed(t *testing.T) {
+	inst := hostSandbox(t)
+	c := start(t, inst, interp.Options{})
+	ok(t, run(t, c, "1", 30*time.Second))
+	if err := inst.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Run(context.Background(), "1", 30*time.Second, nil); !errors.Is(err, sandbox.ErrDestroyed) {
+		t.Errorf("a call after the sandbox was destroyed: %v, want ErrDestroyed", err)
+	}
+}
