@@ -66,6 +66,10 @@ func TestPythonState(t *testing.T) {
 		if last.Type != interp.EventEnd || last.ExecutionCount != 4 || last.DurationMS <= 0 {
 			t.Errorf("end event %+v", last)
 		}
+		// a lone surrogate is no UTF-8: it comes as U+FFFD
+		if x := ok(t, run(t, c, "type('X', (), {'__repr__': lambda s: 'a\\udc80b'})()", 30*time.Second)); text(x) != "a\uFFFDb" {
+			t.Errorf("a repr with a lone surrogate: %q", text(x))
+		}
 	})
 }
 

@@ -120,7 +120,12 @@ def read_request():
 
 
 def encode(obj):
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    s = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return s.encode("utf-8")
+    except UnicodeEncodeError:
+        # lone surrogates (from a repr, say) are no UTF-8: U+FFFD instead
+        return re.sub("[\ud800-\udfff]", "\ufffd", s).encode("utf-8")
 
 
 def clip(s, n):
