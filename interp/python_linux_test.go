@@ -54,6 +54,10 @@ func TestPythonState(t *testing.T) {
 		if text(x) != "42" || x.Stdout != "x is 40\n" || x.ExecutionCount != 2 {
 			t.Errorf("second call: result %q stdout %q count %d, want 42, \"x is 40\\n\", 2", text(x), x.Stdout, x.ExecutionCount)
 		}
+		x = ok(t, run(t, c, "{'x': [x, None, 'é']}", 30*time.Second))
+		if r := x.Results[0]; r[interp.MIMEJSON] != `{"x":[40,null,"\u00e9"]}` || r[interp.MIMEText] != "{'x': [40, None, 'é']}" {
+			t.Errorf("a dict: %v", r)
+		}
 		x = ok(t, run(t, c, "json.dumps({'x': x});", 30*time.Second))
 		if len(x.Results) != 0 {
 			t.Errorf("a trailing semicolon showed %q", text(x))
@@ -63,7 +67,7 @@ func TestPythonState(t *testing.T) {
 			t.Errorf("display: %s %+v", events(x), x.Events)
 		}
 		last := x.Events[len(x.Events)-1]
-		if last.Type != interp.EventEnd || last.ExecutionCount != 4 || last.DurationMS <= 0 {
+		if last.Type != interp.EventEnd || last.ExecutionCount != 5 || last.DurationMS <= 0 {
 			t.Errorf("end event %+v", last)
 		}
 		// a lone surrogate is no UTF-8: it comes as U+FFFD
