@@ -70,4 +70,14 @@ var GVisorSkips = map[string]string{
 		"every system call; the sentry itself runs as host root with five capabilities under its own seccomp filter (rootful runsc)",
 	"artifact fifo":   "a FIFO made inside gVisor lives in the sentry only; none appears in the host folder, so the filter sees nothing",
 	"artifact socket": "a unix socket bound inside gVisor lives in the sentry only; none appears in the host folder",
+	"next command after a memory bomb": "the host's OOM killer ends gVisor's sentry, the whole sandbox, at the memory cap " +
+		"(Features.SurvivesOOM is false); TestMemoryEndsSandbox checks the Result says 137 and oom_killed and that Done closes with ErrDied",
+	"/tmp is nodev":              gvisorNodev,
+	"/workspace/output is nodev": gvisorNodev,
+	"/dev/shm is nodev":          gvisorNodev,
+	"/workspace/input is nodev":  gvisorNodev,
 }
+
+// gvisorNodev says why gVisor's mounts show no nodev.
+const gvisorNodev = "gVisor's mounts have no nodev flag: device files are the sentry's own, and its gofer opens no host device " +
+	"(the bind's host folder is a nodev tmpfs too)"
