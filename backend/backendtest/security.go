@@ -26,6 +26,7 @@ import (
 // security runs the attack suite of SECURITY-SUITE.md.
 func (s *suite) security(t *testing.T) {
 	t.Run("filesystem", s.testFilesystemAttacks)
+	t.Run("mount flags", s.testMounts)
 	t.Run("network", s.testNetworkAttacks)
 	t.Run("egress allowlist", s.testEgress)
 	t.Run("privileges", s.testPrivilegeAttacks)
@@ -35,6 +36,8 @@ func (s *suite) security(t *testing.T) {
 	t.Run("the next command always works", s.testSurvives)
 	t.Run("stdout flood", s.testFlood)
 	t.Run("leftover processes", s.testLeftovers)
+	t.Run("one sandbox through every attack", s.testNextCommand)
+	t.Run("attacks on the host's channels", s.testChannelAttack)
 	t.Run("many runs", s.testManyRuns)
 	t.Run("artifacts", s.testArtifacts)
 }
@@ -59,6 +62,7 @@ func (s *suite) testFilesystemAttacks(t *testing.T) {
 		"CANARY":      canary,
 		"DISK_BYTES":  strconv.FormatInt(p.Limits.DiskBytes, 10),
 		"DISK_INODES": strconv.FormatInt(p.Limits.DiskInodes, 10),
+		"STDIO_DIR":   s.StdioDir,
 	})
 	if b, err := os.ReadFile(canary); err != nil || string(b) != "host secret" {
 		t.Errorf("host canary changed: %q %v", b, err)
@@ -145,12 +149,21 @@ func (s *suite) testForkBomb(t *testing.T) {
 	if !res.PidsLimitHit && !s.skipped(t, "pids_limit_hit reported") {
 		t.Errorf("fork bomb: pids_limit_hit not reported (exit %d, %.0f ms)", res.ExitCode, res.DurationMS)
 	}
-	// what may remain: pid 1, the check, and the shell a backend may run
-	// the check under
-	after := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
-		"import os; print(len([p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid(), os.getppid())]))"}})
+	// what may remain of the sandbox user's: the check, and the shell a
+	// backend may run the check under (a backend's own processes run as
+	// other users)
+	after := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
+import os
+n = 0
+for p in os.listdir("/proc"):
+    if p.isdigit() and int(p) not in (os.getpid(), os.getppid()):
+        try:
+            n += os.stat("/proc/" + p).st_uid == os.getuid()
+        except OSError:
+            pass
+print(n)`}})
 	if n, err := strconv.Atoi(strings.TrimSpace(after.Stdout)); err != nil || n > 0 {
-		t.Errorf("%d processes still in the sandbox after the fork bomb's command ended", n)
+		t.Errorf("%d processes still in the sandbox after the fork bomb's command ended (%q %q)", n, after.Stdout, after.Stderr)
 	}
 	t.Logf("fork bomb held at the pids cap for %v", time.Since(start))
 }

@@ -39,6 +39,10 @@ type Config struct {
 	// PidsReserve is how many tasks the backend adds to the pids cap for
 	// its own processes inside the sandbox, as it documents.
 	PidsReserve int
+	// StdioDir is the folder inside where the backend keeps the FIFOs
+	// that carry processes' stdio, if it does: descriptors 0-2 may point
+	// there, at FIFOs already unlinked.
+	StdioDir string
 }
 
 //go:embed probes

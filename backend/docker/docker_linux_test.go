@@ -13,7 +13,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/internal/containertest"
 	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
 	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
-	"github.com/airlock-sandbox/airlock/egress"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/docker/docker/api/types/container"
@@ -105,31 +105,46 @@ const runcMemfdExec = "with no Landlock, and vm.memfd_noexec per pid namespace b
 	"written into a memfd made without MFD_EXEC runs (README, The limits of isolation); MFD_EXEC itself is refused"
 
 func runSuite(t *testing.T, runtimeName string, extra map[string]string) {
-	store := testimage.Store(t)
 	var bs backends
 	defer bs.close()
-	be := bs.new(docker.Options{Runtime: runtimeName, Images: store})
-	testenv.Require(t, "docker with runtime "+runtimeName+" (bash .ci/lib/docker.sh start)", be.Probe(context.Background()))
-	weak, _ := be.Weakened(context.Background())
-	var weakErr error
-	if len(weak) > 0 {
-		weakErr = errors.New(strings.Join(weak, "; "))
-	}
-	testenv.Require(t, "the runtime's full form", weakErr)
+	be := bs.new(docker.Options{Runtime: runtimeName})
+	requireFull(t, be, runtimeName)
+	data, err := testimage.Resolve()
+	testenv.Require(t, "the python image (bash .ci/lib/image.sh)", err)
 	cfg := backendtest.Config{
 		Backend:     be,
-		Image:       testimage.Folder(t),
-		DataImage:   containertest.Image,
+		Image:       folderImage(t),
+		DataImage:   data,
 		Skip:        containertest.Merge(skips, extra),
 		Leftovers:   leftovers,
 		PidsReserve: docker.KeeperTasks,
 	}
 	if runtimeName == docker.RuntimeRunc {
-		cfg.WithEgressHooks = func(h egress.Hooks) sandbox.Backend {
-			return bs.new(docker.Options{Runtime: runtimeName, Images: store, EgressHooks: h})
-		}
+		cfg.StdioDir = hostdir.IOTarget
 	}
 	backendtest.Run(t, cfg)
+}
+
+// requireFull skips t (fails it under CI) unless the daemon runs
+// runtimeName in its full form.
+func requireFull(t *testing.T, be *docker.Backend, runtimeName string) {
+	t.Helper()
+	ctx := context.Background()
+	testenv.Require(t, "docker with runtime "+runtimeName+" (bash .ci/lib/docker.sh start)", be.Probe(ctx))
+	if weak := be.Capabilities(ctx).Weakened(); len(weak) > 0 {
+		testenv.Require(t, "the runtime's full form", errors.New(strings.Join(weak, "; ")))
+	}
+}
+
+// folderImage is the python image's root as a folder image (no image
+// environment, which the suite's environment check does not expect).
+func folderImage(t *testing.T) sandbox.Image {
+	t.Helper()
+	img, err := image.Resolve(nil, testimage.Folder(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
 }
 
 func TestSuiteRunc(t *testing.T) {

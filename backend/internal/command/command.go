@@ -1,6 +1,7 @@
 // Package command holds what the container backends (docker, gvisor)
-// share about one command: checking an ExecRequest and building its
-// environment, keeping capped copies of its output, and reading its exit
+// share about one command: checking a ProcessSpec and building its
+// environment, the shell that wraps it, keeping capped copies of its
+// output, the helper that reaps what it left, and reading its exit
 // status.
 package command
 
@@ -147,6 +148,22 @@ func (c *CapBuffer) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.buf.String()
+}
+
+// Full tells whether the buffer keeps nothing more: what comes now is
+// only counted.
+func (c *CapBuffer) Full() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(c.buf.Len()) >= c.max
+}
+
+// Discarded counts n bytes that were written past the cap without
+// passing through Write (see Drain).
+func (c *CapBuffer) Discarded(n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total += n
 }
 
 // Truncated reports whether more was written than kept.

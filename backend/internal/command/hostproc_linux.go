@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -14,35 +13,31 @@ import (
 // first victim.
 const OOMScore = 1000
 
-// RaiseOOMScore waits until host process pid, a shell that Wrap started
-// with StopFirst, has stopped, sets its oom_score_adj to OOMScore and
-// continues it. Written by a process that holds CAP_SYS_RESOURCE, the
-// score is also the least the process and its children may lower it to;
-// a runtime that starts the command without that capability leaves the
-// floor at 0.
-func RaiseOOMScore(ctx context.Context, pid int) error {
-	if err := waitStopped(ctx, pid); err != nil {
-		return err
-	}
+// SetOOMScore sets host process pid's oom_score_adj to OOMScore. Written
+// by a process that holds CAP_SYS_RESOURCE, the score is also the least
+// the process and its children may lower it to; a runtime that starts
+// the command without that capability leaves the floor at 0.
+func SetOOMScore(pid int) error {
 	if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte(strconv.Itoa(OOMScore)), 0); err != nil {
 		return fmt.Errorf("oom score of process %d: %w", pid, err)
 	}
-	return syscall.Kill(pid, syscall.SIGCONT)
+	return nil
 }
 
-// waitStopped polls a process's state until a signal stops it.
-func waitStopped(ctx context.Context, pid int) error {
-	for {
+// WaitStopped polls host process pid's state until a signal stops it, as
+// the shell of Wrap with StopFirst stops itself.
+func WaitStopped(ctx context.Context, pid int) error {
+	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 5*time.Millisecond) {
 		switch state(pid) {
 		case "T":
 			return nil
 		case "":
-			return fmt.Errorf("process %d ended before it could be given its OOM score", pid)
+			return fmt.Errorf("process %d ended before it stopped", pid)
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("process %d did not stop: %w", pid, ctx.Err())
-		case <-time.After(200 * time.Microsecond):
+		case <-time.After(wait):
 		}
 	}
 }
