@@ -160,16 +160,17 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, log: opts.Logger, now: opts.Now,
 		sessions: map[string]*Session{}, ended: map[string]tombstone{}, stop: make(chan struct{})}
-	names := make([]string, 0, len(opts.Backends))
-	for name := range opts.Backends {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		for _, r := range opts.Backends[name].CleanupStale(ctx) {
-			m.log.Info("removed what a dead airlock left", "backend", name, "what", r)
+	// What dead airlocks left is only theirs: removing it runs beside the
+	// first sessions.
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for _, name := range sortedKeys(opts.Backends) {
+			for _, r := range opts.Backends[name].CleanupStale(context.WithoutCancel(ctx)) {
+				m.log.Info("removed what a dead airlock left", "backend", name, "what", r)
+			}
 		}
-	}
+	}()
 	for _, ps := range opts.Pools {
 		p, err := m.newPool(ps)
 		if err != nil {

@@ -25,7 +25,6 @@ type Backend struct {
 	opts     Options
 	hostOnce sync.Once
 	host     *hostInfo
-	cleaned  sync.Once
 
 	// The pool of prestarted sandboxes (Options.Prestart).
 	poolOnce  sync.Once
@@ -72,7 +71,7 @@ func (b *Backend) Capabilities(ctx context.Context) sandbox.Capabilities {
 func (b *Backend) Probe(ctx context.Context) error { return b.hostInfo().probeError() }
 
 // CleanupStale removes what sandboxes of dead airlock processes left (their
-// cgroups). Create calls it once per Backend; it returns what it removed.
+// cgroups, wherever they were placed); it returns what it removed.
 func (b *Backend) CleanupStale(ctx context.Context) []string {
 	h := b.hostInfo()
 	if h.cgroupErr != nil {
@@ -198,7 +197,6 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	if err != nil {
 		return nil, err
 	}
-	b.cleaned.Do(func() { b.CleanupStale(ctx) })
 	id, err := hostdir.PickID(spec.ID)
 	if err != nil {
 		return nil, err

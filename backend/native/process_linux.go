@@ -56,6 +56,9 @@ func (i *instance) Start(ctx context.Context, ps sandbox.ProcessSpec) (sandbox.P
 	if err := i.enter(); err != nil {
 		return nil, err
 	}
+	// Init must be in its own v1 folders before a process starts: moving
+	// it moves all its threads, a forking one too.
+	<-i.placed
 	started := false
 	defer func() {
 		if !started {
@@ -123,7 +126,7 @@ func (i *instance) enter() error {
 // dropCgroup removes the process's cgroup when it never ran.
 func (p *process) dropCgroup() {
 	if p.cg != nil {
-		_ = p.cg.remove()
+		_ = p.cg.remove(p.inst.cmd.Process.Pid)
 	}
 }
 
@@ -226,7 +229,7 @@ func (p *process) run(pp *execPipes, ps sandbox.ProcessSpec) {
 		p.stdin.Close()
 	}
 	if p.cg != nil {
-		if rerr := p.cg.remove(); rerr != nil {
+		if rerr := p.cg.remove(p.inst.cmd.Process.Pid); rerr != nil {
 			i.backend.opts.Logger.Warn("removing a process's cgroup", "sandbox", i.id, "err", rerr)
 		}
 	}
@@ -238,7 +241,7 @@ func (p *process) run(pp *execPipes, ps sandbox.ProcessSpec) {
 // init kills the process's session.
 func (p *process) sweep() error {
 	if p.cg != nil {
-		return p.cg.sweep()
+		return p.cg.sweep(p.inst.cmd.Process.Pid)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
 	defer cancel()
