@@ -60,15 +60,10 @@ func Replay(ctx context.Context, cfg ReplayConfig) (rep ReplayReport, err error)
 			err = fmt.Errorf("destroying the session: %w", derr)
 		}
 	}()
-	var start *StartInfo
+	start := FirstStart(cfg.Records)
 	results := map[string]Record{}
 	for _, rec := range cfg.Records {
-		switch rec.Type {
-		case RecStart:
-			if start == nil {
-				start = rec.Start
-			}
-		case RecToolResult:
+		if rec.Type == RecToolResult {
 			results[rec.Agent+"\x00"+rec.CallID] = rec
 		}
 	}
@@ -244,4 +239,14 @@ func lineDiff(a, b string) string {
 		lastShown = k
 	}
 	return strings.Join(out, "\n")
+}
+
+// FirstStart is the start record of a transcript, or nil.
+func FirstStart(recs []Record) *StartInfo {
+	for _, r := range recs {
+		if r.Type == RecStart && r.Start != nil {
+			return r.Start
+		}
+	}
+	return nil
 }
