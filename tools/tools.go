@@ -61,9 +61,9 @@ func (e Env) Describe() string {
 	if about == "" {
 		about = "the host's own programs, read-only"
 	}
-	net := "no network at all (no DNS, no pip or npm install)"
+	net := "No network at all (no DNS, no pip or npm install)"
 	if len(e.Network) > 0 {
-		net = "network only to " + strings.Join(e.Network, ", ") + " through a proxy (HTTP_PROXY is set); nothing else"
+		net = "Network only to " + strings.Join(e.Network, ", ") + " through a proxy (HTTP_PROXY is set); nothing else"
 	}
 	return fmt.Sprintf("The sandbox is an isolated Linux box (image %s: %s). "+
 		"User 1000, working folder /workspace, HOME=/tmp; the system is read-only. "+
