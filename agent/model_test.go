@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,8 +72,8 @@ func TestModelFailures(t *testing.T) {
 	}
 	down := "http://" + ln.Addr().String() + "/v1"
 	ln.Close()
-	var script func(n int) agenttest.Reply
-	srv := agenttest.New(t, testKey, func(n int, _ agenttest.Request) agenttest.Reply { return script(n) })
+	var script atomic.Pointer[agenttest.Reply] // a handler of an earlier case may still be running
+	srv := agenttest.New(t, testKey, func(n int, _ agenttest.Request) agenttest.Reply { return *script.Load() })
 	cases := []struct {
 		name   string
 		url    string
@@ -91,7 +92,7 @@ func TestModelFailures(t *testing.T) {
 		{"cut stream", srv.URL, true, agenttest.Reply{Content: strings.Repeat("word ", 40), CutAfter: 3}, "before the answer was complete"},
 	}
 	for _, c := range cases {
-		script = func(int) agenttest.Reply { return c.reply }
+		script.Store(&c.reply)
 		timeout := 300 * time.Millisecond
 		if c.name == "down" || c.name == "overloaded" || c.name == "stalled" {
 			timeout = 20 * time.Second // room for the retry's back-off
@@ -107,7 +108,8 @@ func TestModelFailures(t *testing.T) {
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	script = func(int) agenttest.Reply { cancel(); return agenttest.Reply{Delay: time.Second} }
+	script.Store(&agenttest.Reply{Delay: 5 * time.Second})
+	time.AfterFunc(200*time.Millisecond, cancel) // while the endpoint thinks
 	m, _ := newModel(ModelOptions{BaseURL: srv.URL, APIKey: testKey, Model: "m"})
 	if _, err := m.complete(ctx, call{msgs: []Message{{Role: RoleUser, Content: "hi"}}}); !errors.Is(err, context.Canceled) || errors.Is(err, ErrModel) {
 		t.Errorf("a cancelled call: %v, want context.Canceled", err)
