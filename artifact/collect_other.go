@@ -23,8 +23,8 @@ func CheckFile(ctx context.Context, root *os.File, rel string, out Output, p san
 	return sandbox.Artifact{}, fmt.Errorf("artifact checks beneath a folder need openat2 (Linux): %w", sandbox.ErrUnsupported)
 }
 
-// CollectTar writes accepted files beneath a folder with openat2, which
-// only Linux has; elsewhere it fails with sandbox.ErrUnsupported.
+// CollectTar writes beneath dst.Dir with openat2, which only Linux has;
+// elsewhere it fails with sandbox.ErrUnsupported.
 func CollectTar(ctx context.Context, src io.Reader, dst Destination, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
 	return nil, fmt.Errorf("artifact collection needs openat2 (Linux): %w", sandbox.ErrUnsupported)
 }
