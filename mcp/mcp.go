@@ -237,12 +237,12 @@ func (s *Server) forget(id string) {
 }
 
 func (s *Server) destroySession(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	sess, _, _, bad := s.session(req)
+	sess, e, _, bad := s.session(req)
 	if bad != nil {
 		return bad, nil
 	}
 	s.forget(sess.ID())
-	if err := sess.Destroy(ctx); err != nil {
+	if err := e.kit.Sandbox().Destroy(ctx); err != nil {
 		return textResult(true, "error: destroying session %s: %v", sess.ID(), err), nil
 	}
 	return textResult(false, "session %s destroyed", sess.ID()), nil
@@ -423,8 +423,8 @@ func (s *Server) destroyAll(ctx context.Context) {
 	s.entries = map[string]*entry{}
 	s.mu.Unlock()
 	for id, e := range entries {
-		if sess, err := s.o.Manager.Get(e.owner, id); err == nil {
-			_ = sess.Destroy(ctx)
+		if _, err := s.o.Manager.Get(e.owner, id); err == nil {
+			_ = e.kit.Sandbox().Destroy(ctx)
 			s.log.Info("session destroyed: its client went away", "session", id)
 		}
 	}

@@ -136,3 +136,39 @@ func TestBadCalls(t *testing.T) {
 		expect(t, c.name+" "+c.args[:min(len(c.args), 40)], call(t, k, c.name, c.args), true, c.want)
 	}
 }
+
+// TestRunCode: code runs statefully per language, the last expression
+// and figures come back (figures as images), errors carry the last frames
+// of their traceback, and a cell over its timeout is interrupted while
+// the context survives.
+func TestRunCode(t *testing.T) {
+	k := newKit(t)
+	expect(t, "define", call(t, k, tools.RunCode, map[string]any{"code": "import math\nx = 21\ndef f(n):\n    return 1 / n"}), false)
+	expect(t, "state", call(t, k, tools.RunCode, map[string]any{"code": "print(x * 2)\nmath.sqrt(x * x)"}), false,
+		"--- stdout ---\n42", "result: 21.0")
+	fig := call(t, k, tools.RunCode, map[string]any{"code": "import matplotlib.pyplot as plt\nplt.figure(figsize=(4, 3))\nplt.plot([1, 3, 2])\nplt.show()"})
+	expect(t, "figure", fig, false, "[image 1: image/png ", "images are not shown to you")
+	if len(fig.Images) != 1 || fig.Images[0].MIME != "image/png" || !bytes.HasPrefix(fig.Images[0].Data, []byte("\x89PNG")) {
+		t.Errorf("the figure's images: %d", len(fig.Images))
+	}
+	deep := "def g(n):\n    return g(n - 1) if n > 0 else f(0)\ng(30)"
+	obs := call(t, k, tools.RunCode, map[string]any{"code": deep})
+	expect(t, "error", obs, true, "error: ZeroDivisionError: division by zero", "lines of earlier frames left out")
+	if strings.Contains(obs.Text, "\x1b") || strings.Count(obs.Text, "\n") > 20 {
+		t.Errorf("the traceback is not short and plain:\n%s", obs.Text)
+	}
+	start := time.Now()
+	expect(t, "timeout", call(t, k, tools.RunCode, map[string]any{"code": "while True:\n    pass", "timeout_seconds": 1}), true,
+		"interrupted: the call ran past its timeout")
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("an interrupted cell took %v", took)
+	}
+	expect(t, "after the timeout", call(t, k, tools.RunCode, map[string]any{"code": "print('alive', x)"}), false, "alive 21")
+	expect(t, "javascript", call(t, k, tools.RunCode, map[string]any{"language": "javascript", "code": "let y = 6; console.log(y * 7)"}), false, "42")
+	expect(t, "javascript state", call(t, k, tools.RunCode, map[string]any{"language": "javascript", "code": "console.log(y + 1)"}), false, "7")
+	expect(t, "bash", call(t, k, tools.RunCode, map[string]any{"language": "bash", "code": "cd /tmp; Z=5"}), false)
+	expect(t, "bash state", call(t, k, tools.RunCode, map[string]any{"language": "bash", "code": "echo $Z $(pwd)"}), false, "5 /tmp")
+	expect(t, "bash exit", call(t, k, tools.RunCode, map[string]any{"language": "bash", "code": "false"}), true, "error: ExitCode")
+	expect(t, "writes", call(t, k, tools.RunCode, map[string]any{"code": "open('/workspace/output/r.txt', 'w').write('hi')"}), false,
+		"result: 2", "new or changed in /workspace/output: r.txt (2 B)")
+}
