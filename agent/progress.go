@@ -52,7 +52,9 @@ func firstLines(s string, n, width int) []string {
 			continue
 		}
 		if len(out) == n {
-			out[n-1] += " …"
+			if !strings.HasSuffix(out[n-1], "…") {
+				out[n-1] += " …"
+			}
 			break
 		}
 		l = clean(strings.TrimRight(l, " \r"))
