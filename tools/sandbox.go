@@ -3,7 +3,6 @@ package tools
 import (
 	"context"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/artifact"
@@ -66,69 +65,15 @@ type CodeError struct {
 }
 
 // Local serves Sandbox from a session of this process's Manager. Code
-// runs in one interpreter context per language, started on first use in
-// the session's sandbox and closed by Destroy.
-func Local(s *session.Session) Sandbox {
-	return &local{s: s, contexts: map[string]*interp.Context{}}
-}
+// runs in the session's default interpreter context of each language
+// (Session.Code), started on first use and closed with the session.
+func Local(s *session.Session) Sandbox { return local{s: s} }
 
-type local struct {
-	s *session.Session
+type local struct{ s *session.Session }
 
-	// mu guards contexts and is held while one starts, so that a language
-	// gets one context. The contexts are started here until the session
-	// offers its own (Session.Code).
-	mu       sync.Mutex
-	contexts map[string]*interp.Context
-}
-
-// context returns the language's context, starting it on first use.
-func (l *local) context(ctx context.Context, lang string) (*interp.Context, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if c := l.contexts[lang]; c != nil {
-		return c, nil
-	}
-	if err := l.s.Instance().Err(); err != nil {
-		return nil, err
-	}
-	c, err := interp.Start(ctx, l.s.Instance(), interp.Options{Language: lang, Cwd: "/workspace"})
-	if err != nil {
-		return nil, err
-	}
-	if len(l.contexts) == 0 {
-		// However the session ends (destroyed, idle, its TTL), its
-		// contexts are closed.
-		go func() {
-			<-l.s.Instance().Done()
-			l.closeContexts(context.Background())
-		}()
-	}
-	l.contexts[lang] = c
-	return c, nil
-}
-
-// closeContexts closes the interpreter contexts.
-func (l *local) closeContexts(ctx context.Context) {
-	l.mu.Lock()
-	contexts := l.contexts
-	l.contexts = map[string]*interp.Context{}
-	l.mu.Unlock()
-	for _, c := range contexts {
-		_ = c.Close(ctx)
-	}
-}
-
-func (l *local) Code(ctx context.Context, language, code string, timeout time.Duration) (Execution, error) {
-	c, err := l.context(ctx, language)
-	if err != nil {
-		return Execution{}, err
-	}
-	if timeout <= 0 {
-		timeout = time.Duration(l.s.Policy().Limits.Timeout)
-	}
-	x, err := c.Run(ctx, code, timeout, nil)
-	return fromInterp(x), err
+func (l local) Code(ctx context.Context, language, code string, timeout time.Duration) (Execution, error) {
+	x, err := l.s.Code(ctx, session.CodeRequest{Code: code, Language: language, Timeout: timeout}, nil)
+	return fromInterp(x.Execution), err
 }
 
 // fromInterp keeps what the tools use of an interpreter's Execution.
@@ -146,29 +91,26 @@ func fromInterp(x interp.Execution) Execution {
 	return out
 }
 
-func (l *local) Exec(ctx context.Context, cmd []string, timeout time.Duration) (sandbox.Result, error) {
+func (l local) Exec(ctx context.Context, cmd []string, timeout time.Duration) (sandbox.Result, error) {
 	return l.s.Exec(ctx, sandbox.ProcessSpec{Cmd: cmd, Timeout: sandbox.Duration(timeout)})
 }
 
-func (l *local) Put(ctx context.Context, path string, r io.Reader, max int64) (sandbox.FileInfo, error) {
+func (l local) Put(ctx context.Context, path string, r io.Reader, max int64) (sandbox.FileInfo, error) {
 	return l.s.Put(ctx, path, r, max)
 }
 
-func (l *local) Get(ctx context.Context, path string) (io.ReadCloser, sandbox.FileInfo, error) {
+func (l local) Get(ctx context.Context, path string) (io.ReadCloser, sandbox.FileInfo, error) {
 	return l.s.Files().Get(ctx, path)
 }
 
-func (l *local) List(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
+func (l local) List(ctx context.Context, path string) ([]sandbox.FileInfo, error) {
 	return l.s.Files().List(ctx, path)
 }
 
-func (l *local) Artifacts(ctx context.Context) ([]sandbox.Artifact, error) { return l.s.Artifacts(ctx) }
+func (l local) Artifacts(ctx context.Context) ([]sandbox.Artifact, error) { return l.s.Artifacts(ctx) }
 
-func (l *local) Collect(ctx context.Context, dst artifact.Destination) ([]sandbox.Artifact, error) {
+func (l local) Collect(ctx context.Context, dst artifact.Destination) ([]sandbox.Artifact, error) {
 	return l.s.Collect(ctx, dst)
 }
 
-func (l *local) Destroy(ctx context.Context) error {
-	l.closeContexts(ctx)
-	return l.s.Destroy(ctx)
-}
+func (l local) Destroy(ctx context.Context) error { return l.s.Destroy(ctx) }
