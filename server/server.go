@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/e2b"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/session"
 	"golang.org/x/time/rate"
@@ -47,9 +48,15 @@ type Options struct {
 	Ready func() error
 	// Logger receives one line per request; nil discards them.
 	Logger *slog.Logger
-	// Extra mounts more handlers on the server's mux (metrics, the E2B
-	// surface), before authentication: they authenticate themselves.
+	// Extra mounts more handlers on the server's mux (metrics), before
+	// authentication: they authenticate themselves.
 	Extra map[string]http.Handler
+	// E2B, when set, serves the E2B-compatible surface (package e2b) beside
+	// v1 on the same Manager and keys: its control plane under
+	// /v2/sandboxes and /sandboxes, and each sandbox's envd and code
+	// interpreter for the requests that name a sandbox (E2b-Sandbox-Id).
+	// Manager, Authenticate, Allow and Logger are filled in here.
+	E2B *e2b.Options
 }
 
 // AuditReader reads a tenant's audit records: after is the cursor (the
@@ -69,6 +76,7 @@ type Server struct {
 	limiters sync.Map // key hash or tenant -> *rate.Limiter
 	closing  atomic.Bool
 	routes   []route
+	e2b      *e2b.Handler // nil without the E2B surface
 }
 
 // route is one registered route, for the OpenAPI check.
@@ -99,6 +107,18 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), log: opts.Logger}
 	s.register()
+	if opts.E2B != nil {
+		eo := *opts.E2B
+		eo.Manager, eo.Authenticate, eo.Allow, eo.Logger = opts.Manager, s.e2bTenant, s.e2bAllow, opts.Logger
+		h, err := e2b.New(eo)
+		if err != nil {
+			return nil, err
+		}
+		s.e2b = h
+		for _, p := range e2b.Patterns() {
+			s.mux.Handle(p, h)
+		}
+	}
 	for pattern, h := range opts.Extra {
 		s.mux.Handle(pattern, h)
 	}
@@ -166,7 +186,41 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusBadRequest, api.CodeInvalid, "an API key in the URL would land in logs and proxies: send it as 'Authorization: Bearer KEY'")
 		return
 	}
+	if s.e2b != nil && e2b.SandboxRequest(r) {
+		if s.closing.Load() {
+			writeError(rw, http.StatusServiceUnavailable, api.CodeUnavailable, "the server is shutting down")
+			return
+		}
+		s.e2b.ServeHTTP(rw, r)
+		return
+	}
 	s.mux.ServeHTTP(rw, r)
+}
+
+// e2bTenant authenticates an API key for the E2B surface, as the v1
+// routes do; without keys every caller is DefaultTenant.
+func (s *Server) e2bTenant(key string) (string, bool) {
+	if s.opts.Keys == nil {
+		return DefaultTenant, true
+	}
+	t, ok := s.opts.Keys.Lookup(key)
+	if !ok {
+		return "", false
+	}
+	return t.Name, true
+}
+
+// e2bAllow charges one E2B request to key's rate limit, the same bucket
+// as the key's v1 requests.
+func (s *Server) e2bAllow(key string) (time.Duration, bool) {
+	lim := s.limiter(key)
+	if lim.Allow() {
+		return 0, true
+	}
+	r := lim.Reserve()
+	d := r.Delay()
+	r.Cancel()
+	return d, false
 }
 
 // validRequestID accepts a caller's request id of sane length and
@@ -209,6 +263,15 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 		w.status, w.wrote = http.StatusOK, true
 	}
 	return w.ResponseWriter.Write(b)
+}
+
+// Flush sends what is buffered, for streams (the E2B surface's Connect
+// streams need an http.Flusher).
+func (w *statusWriter) Flush() {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 // Unwrap lets http.ResponseController reach the connection.

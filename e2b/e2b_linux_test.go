@@ -1,0 +1,168 @@
+package e2b_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/backend/native"
+	"github.com/airlock-sandbox/airlock/e2b"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/server"
+	"github.com/airlock-sandbox/airlock/session"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(backendtest.Main(m, func() []string { return nil }))
+}
+
+// Keys of the two tenants every test server knows.
+const (
+	aliceKey = "alice-key-0123456789abcdef"
+	bobKey   = "bob-key-0123456789abcdef00"
+)
+
+// backendCase is one backend the SDK programs run on.
+type backendCase struct {
+	name string
+	make func(t *testing.T) sandbox.Backend
+}
+
+// backends lists the backends the suite runs on: native always; docker
+// and gVisor join once they implement the v2 interface here.
+func backends() []backendCase {
+	return []backendCase{{"native", func(t *testing.T) sandbox.Backend { return native.New(native.Options{}) }}}
+}
+
+// testServer is a real airlock server with the E2B surface on a real
+// listener, over a real Manager on one backend and the python image.
+type testServer struct {
+	URL string
+	m   *session.Manager
+}
+
+type serverOptions struct {
+	rateLimit float64
+	rateBurst int
+}
+
+func startServer(t *testing.T, bc backendCase, so serverOptions) *testServer {
+	t.Helper()
+	testenv.Require(t, "root: sessions run native sandboxes as root here", testenv.Root())
+	store := testimage.Store(t)
+	m, err := session.New(context.Background(), session.Options{Backends: map[string]sandbox.Backend{bc.name: bc.make(t)},
+		Images: store, MaxSessions: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := server.ParseKeys(strings.NewReader("alice "+aliceKey+"\nbob "+bobKey+"\n"), session.Quota{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(server.Options{Manager: m, Keys: keys, E2B: &e2b.Options{}, RateLimit: so.rateLimit, RateBurst: so.rateBurst})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		srv.Shutdown()
+		ts.Close()
+		if err := m.Close(context.Background()); err != nil {
+			t.Errorf("closing the manager: %v", err)
+		}
+	})
+	return &testServer{URL: ts.URL, m: m}
+}
+
+// nodeDir is the Node project of the SDK programs.
+func nodeDir(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("testdata", "node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = exec.LookPath("node")
+	if err == nil {
+		_, err = os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json"))
+	}
+	if err == nil {
+		_, err = os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter", "package.json"))
+	}
+	testenv.Require(t, "node and the E2B SDKs (cd e2b/testdata/node && npm ci)", err)
+	return dir
+}
+
+// runNode runs one SDK program against ts with the configuration a user
+// would write, and fails t for each check it reports failed, or when it
+// reports none.
+func runNode(t *testing.T, ts *testServer, program string, extra ...string) string {
+	t.Helper()
+	dir := nodeDir(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", program)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(),
+		"E2B_API_KEY="+aliceKey, "E2B_API_URL="+ts.URL, "E2B_SANDBOX_URL="+ts.URL,
+		"AIRLOCK_URL="+ts.URL, "ALICE_KEY="+aliceKey, "BOB_KEY="+bobKey)
+	cmd.Env = append(cmd.Env, extra...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	passed, failed := 0, 0
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "ok - "):
+			passed++
+			t.Log(line)
+		case strings.HasPrefix(line, "not ok - "):
+			failed++
+			t.Errorf("%s: %s", program, line)
+		case strings.HasPrefix(line, "# "):
+			t.Log(line)
+		}
+	}
+	if err != nil {
+		t.Errorf("%s: %v\nstderr:\n%s", program, err, stderr.String())
+	}
+	if passed == 0 && failed == 0 {
+		t.Errorf("%s reported no checks\nstdout:\n%s\nstderr:\n%s", program, out, stderr.String())
+	}
+	t.Logf("%s: %d checks passed, %d failed", program, passed, failed)
+	return string(out)
+}
+
+// forEachBackend runs f once per backend, each on a server of its own.
+func forEachBackend(t *testing.T, so serverOptions, f func(t *testing.T, ts *testServer)) {
+	for _, bc := range backends() {
+		t.Run(bc.name, func(t *testing.T) {
+			f(t, startServer(t, bc, so))
+		})
+	}
+}
+
+// TestControlPlane: create (templates, timeout, envs, metadata), connect,
+// list with paging and filters, setTimeout, getInfo, kill, the errors the
+// SDK maps (401, 404), and that a sandbox made here is a v1 session and
+// the reverse.
+func TestControlPlane(t *testing.T) {
+	forEachBackend(t, serverOptions{}, func(t *testing.T, ts *testServer) {
+		runNode(t, ts, "control.mjs")
+		if n := ts.m.Count(); n != 0 {
+			t.Errorf("%d sessions left after the program killed its sandboxes", n)
+		}
+	})
+}
