@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -166,3 +167,36 @@ func TestControlPlane(t *testing.T) {
 		}
 	})
 }
+
+// TestRateLimit: a 429 with Retry-After is what the SDK retries on, and
+// its RateLimitError when it may not retry.
+func TestRateLimit(t *testing.T) {
+	forEachBackend(t, serverOptions{rateLimit: 1, rateBurst: 2}, func(t *testing.T, ts *testServer) {
+		runNode(t, ts, "ratelimit.mjs")
+	})
+}
+
+// TestCommands: commands.run in the foreground and background through
+// envd's process service.
+func TestCommands(t *testing.T) {
+	forEachBackend(t, serverOptions{}, func(t *testing.T, ts *testServer) {
+		runNode(t, ts, "commands.mjs")
+	})
+}
+
+// TestFiles: envd's filesystem service and file transfers.
+func TestFiles(t *testing.T) {
+	forEachBackend(t, serverOptions{}, func(t *testing.T, ts *testServer) {
+		runNode(t, ts, "files.mjs")
+	})
+}
+
+// TestSecurity: a sandbox id alone opens nothing; a token opens only its
+// sandbox; a key only its tenant's.
+func TestSecurity(t *testing.T) {
+	forEachBackend(t, serverOptions{}, func(t *testing.T, ts *testServer) {
+		runNode(t, ts, "security.mjs")
+	})
+}
+
+var _ = fmt.Sprint

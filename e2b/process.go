@@ -277,9 +277,11 @@ func follow(ctx context.Context, p *proc, fl *follower, keepalive time.Duration,
 		res sandbox.Result
 		err error
 	}
+	waitCtx, stopWait := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWait()
 	done := make(chan ended, 1)
 	go func() {
-		res, err := p.sp.Wait(ctx)
+		res, err := p.sp.Wait(waitCtx)
 		done <- ended{res, err}
 	}()
 	var tick <-chan time.Time
@@ -313,10 +315,20 @@ func follow(ctx context.Context, p *proc, fl *follower, keepalive time.Duration,
 			if err := send(&ppb.ProcessEvent{Event: &ppb.ProcessEvent_Keepalive{Keepalive: &ppb.ProcessEvent_KeepAlive{}}}); err != nil {
 				return err
 			}
-		case e := <-done:
-			if ctx.Err() != nil {
-				return rpcError(ctx.Err())
+		case <-ctx.Done():
+			if atDeadline(ctx) {
+				// The request's timeout is the command's: it dies with it.
+				// The SDK gives up at the same moment on its side, so a
+				// client that leaves within a moment of the deadline is
+				// taken as the deadline. A client that leaves earlier
+				// leaves the command running.
+				kctx, cancel := context.WithTimeout(waitCtx, killWait)
+				_ = p.sp.Signal(kctx, syscall.SIGKILL)
+				_, _ = p.sp.Wait(kctx)
+				cancel()
 			}
+			return rpcError(ctx.Err())
+		case e := <-done:
 			if err := flush(); err != nil {
 				return err
 			}
@@ -327,6 +339,22 @@ func follow(ctx context.Context, p *proc, fl *follower, keepalive time.Duration,
 		}
 	}
 }
+
+// atDeadline tells whether ctx ended at (or just before) its deadline.
+func atDeadline(ctx context.Context) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < deadlineSlack
+}
+
+// deadlineSlack is how close to its deadline a client that leaves is
+// taken as having reached it.
+const deadlineSlack = time.Second
+
+// killWait bounds how long a command killed at its timeout may take to end.
+const killWait = 10 * time.Second
 
 // maxCommandTime bounds a command that asked for no timeout (the SDKs'
 // timeoutMs: 0): it lives as long as its sandbox, at most a day.
