@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
+	"encoding/pem"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -50,11 +50,14 @@ func backends() []backendCase {
 type testServer struct {
 	URL string
 	m   *session.Manager
+	// caFile is the PEM file of the server's certificate, with tls.
+	caFile string
 }
 
 type serverOptions struct {
 	rateLimit float64
 	rateBurst int
+	tls       bool // serve HTTPS with a test certificate
 }
 
 func startServer(t *testing.T, bc backendCase, so serverOptions) *testServer {
@@ -74,7 +77,18 @@ func startServer(t *testing.T, bc backendCase, so serverOptions) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(srv)
+	var ts *httptest.Server
+	caFile := ""
+	if so.tls {
+		ts = httptest.NewTLSServer(srv)
+		caFile = filepath.Join(t.TempDir(), "ca.pem")
+		pemCert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+		if err := os.WriteFile(caFile, pemCert, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		ts = httptest.NewServer(srv)
+	}
 	t.Cleanup(func() {
 		srv.Shutdown()
 		ts.Close()
@@ -82,7 +96,7 @@ func startServer(t *testing.T, bc backendCase, so serverOptions) *testServer {
 			t.Errorf("closing the manager: %v", err)
 		}
 	})
-	return &testServer{URL: ts.URL, m: m}
+	return &testServer{URL: ts.URL, m: m, caFile: caFile}
 }
 
 // nodeDir is the Node project of the SDK programs.
@@ -116,6 +130,9 @@ func runNode(t *testing.T, ts *testServer, program string, extra ...string) stri
 	cmd.Env = append(os.Environ(),
 		"E2B_API_KEY="+aliceKey, "E2B_API_URL="+ts.URL, "E2B_SANDBOX_URL="+ts.URL,
 		"AIRLOCK_URL="+ts.URL, "ALICE_KEY="+aliceKey, "BOB_KEY="+bobKey)
+	if ts.caFile != "" {
+		cmd.Env = append(cmd.Env, "NODE_EXTRA_CA_CERTS="+ts.caFile)
+	}
 	cmd.Env = append(cmd.Env, extra...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -199,4 +216,13 @@ func TestSecurity(t *testing.T) {
 	})
 }
 
-var _ = fmt.Sprint
+// TestHTTPS: the SDKs reach the control plane and envd over HTTPS with
+// the server's own certificate, as airlock serve --tls-cert serves them.
+func TestHTTPS(t *testing.T) {
+	forEachBackend(t, serverOptions{tls: true}, func(t *testing.T, ts *testServer) {
+		if !strings.HasPrefix(ts.URL, "https://") {
+			t.Fatalf("the server is not HTTPS: %s", ts.URL)
+		}
+		runNode(t, ts, "https.mjs")
+	})
+}

@@ -125,20 +125,37 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
+// loopback tells whether addr (HOST:PORT) listens on loopback only.
+func loopback(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, fmt.Errorf("address %q: %v: %w", addr, err, sandbox.ErrInvalid)
+	}
+	if host == "localhost" {
+		return true, nil
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback(), nil
+}
+
+// CheckPlain refuses plain HTTP beyond loopback: API keys and sandbox
+// tokens would cross the network in the clear.
+func CheckPlain(addr string) error {
+	lo, err := loopback(addr)
+	if err != nil || lo {
+		return err
+	}
+	return fmt.Errorf("listening on %s over plain HTTP would send API keys and sandbox tokens in the clear; give --tls-cert and --tls-key, or listen on 127.0.0.1: %w", addr, sandbox.ErrInvalid)
+}
+
 // CheckListen refuses to serve beyond loopback without keys.
 func CheckListen(addr string, keys *Keys) error {
 	if keys.Len() > 0 {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("address %q: %v: %w", addr, err, sandbox.ErrInvalid)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
+	lo, err := loopback(addr)
+	if err != nil || lo {
+		return err
 	}
 	return fmt.Errorf("listening on %s without API keys would let anyone run code here; give --keys-file or AIRLOCK_API_KEYS, or listen on 127.0.0.1: %w", addr, sandbox.ErrInvalid)
 }

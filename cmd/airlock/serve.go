@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/e2b"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/server"
 	"github.com/airlock-sandbox/airlock/session"
@@ -21,17 +23,23 @@ func init() {
 	register("serve", command{summary: "serve the HTTP API: sessions, files, exec, code, artifacts", run: runServe})
 }
 
-const serveUsage = `serve [--addr 127.0.0.1:8080] [--keys-file FILE] [flags]
+const serveUsage = `serve [--addr 127.0.0.1:8080] [--keys-file FILE] [--tls-cert FILE --tls-key FILE] [flags]
 
 Keys files have one key per line: TENANT KEY [sessions=N] [memory=SIZE] [cpus=N].
 AIRLOCK_API_KEYS holds the same lines, separated by ';', when --keys-file is not
 given. Without keys the server serves one tenant, "default", on loopback only.
+Beyond loopback it serves HTTPS only, with the certificate and key given.
+The E2B-compatible API is served on the same address (--e2b=false turns it
+off): set E2B_API_KEY to an API key and E2B_API_URL and E2B_SANDBOX_URL to
+this server's URL.
 SIGTERM or SIGINT stops it: new requests get 503, running calls finish or are
 cancelled, every sandbox is destroyed.`
 
 // serveOptions are the parsed flags of airlock serve.
 type serveOptions struct {
 	addr, keysFile, backends, runtime string
+	tlsCert, tlsKey                   string
+	e2b                               bool
 	pool                              listFlag
 	maxSessions                       int
 	quota                             session.Quota
@@ -51,11 +59,17 @@ func parseServe(env *cliEnv, args []string) (*serveOptions, error) {
 	fs.Var(sizeFlag{&o.quota.MemoryBytes}, "tenant-memory", "a tenant's memory caps added up, `SIZE` (default 32GiB)")
 	fs.Var(positiveFloat{&o.quota.CPUs}, "tenant-cpus", "a tenant's CPU quotas added up, `CORES` (default 64)")
 	fs.DurationVar(&o.drain, "drain", 30*time.Second, "how long running calls may take to finish on shutdown")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "`FILE` of the TLS certificate (PEM, chain first) to serve HTTPS with")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "`FILE` of the TLS certificate's private key (PEM)")
+	fs.BoolVar(&o.e2b, "e2b", true, "serve the E2B-compatible API beside v1")
 	if err := fs.parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("takes no arguments, got %q: %w", fs.Arg(0), sandbox.ErrInvalid)
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return nil, fmt.Errorf("give --tls-cert and --tls-key together: %w", sandbox.ErrInvalid)
 	}
 	if o.quota.Sessions == 0 {
 		o.quota.Sessions = 64
@@ -100,6 +114,16 @@ func runServe(ctx context.Context, env *cliEnv, args []string) int {
 	if err := server.CheckListen(o.addr, keys); err != nil {
 		return fail(exitUsage, err)
 	}
+	var tlsConf *tls.Config
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return fail(exitUsage, fmt.Errorf("--tls-cert/--tls-key: %v: %w", err, sandbox.ErrInvalid))
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	} else if err := server.CheckPlain(o.addr); err != nil {
+		return fail(exitUsage, err)
+	}
 	backends := map[string]sandbox.Backend{}
 	names := strings.Split(o.backends, ",")
 	for _, name := range names {
@@ -130,7 +154,11 @@ func runServe(ctx context.Context, env *cliEnv, args []string) int {
 		return fail(sandbox.ExitFailed, err)
 	}
 	defer m.Close(context.WithoutCancel(ctx))
-	srv, err := server.New(server.Options{Manager: m, Keys: keys, Logger: log})
+	so := server.Options{Manager: m, Keys: keys, Logger: log}
+	if o.e2b {
+		so.E2B = &e2b.Options{}
+	}
+	srv, err := server.New(so)
 	if err != nil {
 		return fail(sandbox.ExitFailed, err)
 	}
@@ -139,10 +167,17 @@ func runServe(ctx context.Context, env *cliEnv, args []string) int {
 		return fail(sandbox.ExitFailed, err)
 	}
 	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn), TLSConfig: tlsConf}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "backends", o.backends, "tenants_with_keys", keys.Len() > 0)
+	go func() {
+		if tlsConf != nil {
+			served <- hs.ServeTLS(ln, "", "")
+			return
+		}
+		served <- hs.Serve(ln)
+	}()
+	log.Info("serving", "addr", ln.Addr().String(), "backends", o.backends, "tenants_with_keys", keys.Len() > 0,
+		"https", tlsConf != nil, "e2b", o.e2b)
 	select {
 	case err := <-served:
 		return fail(sandbox.ExitFailed, err)
