@@ -3,6 +3,7 @@ package e2b_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/pem"
 	"net/http/httptest"
@@ -36,13 +37,13 @@ const (
 // backendCase is one backend the SDK programs run on.
 type backendCase struct {
 	name string
-	make func(t *testing.T) sandbox.Backend
+	make func(t testing.TB) sandbox.Backend
 }
 
 // backends lists the backends the suite runs on: native always; docker
 // and gVisor join once they implement the v2 interface here.
 func backends() []backendCase {
-	return []backendCase{{"native", func(t *testing.T) sandbox.Backend { return native.New(native.Options{}) }}}
+	return []backendCase{{"native", func(t testing.TB) sandbox.Backend { return native.New(native.Options{}) }}}
 }
 
 // testServer is a real airlock server with the E2B surface on a real
@@ -55,17 +56,18 @@ type testServer struct {
 }
 
 type serverOptions struct {
-	rateLimit float64
-	rateBurst int
-	tls       bool // serve HTTPS with a test certificate
+	rateLimit   float64
+	rateBurst   int
+	maxSessions int  // 0: 64
+	tls         bool // serve HTTPS with a test certificate
 }
 
-func startServer(t *testing.T, bc backendCase, so serverOptions) *testServer {
+func startServer(t testing.TB, bc backendCase, so serverOptions) *testServer {
 	t.Helper()
 	testenv.Require(t, "root: sessions run native sandboxes as root here", testenv.Root())
 	store := testimage.Store(t)
 	m, err := session.New(context.Background(), session.Options{Backends: map[string]sandbox.Backend{bc.name: bc.make(t)},
-		Images: store, MaxSessions: 64})
+		Images: store, MaxSessions: cmp.Or(so.maxSessions, 64)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +102,7 @@ func startServer(t *testing.T, bc backendCase, so serverOptions) *testServer {
 }
 
 // nodeDir is the Node project of the SDK programs.
-func nodeDir(t *testing.T) string {
+func nodeDir(t testing.TB) string {
 	t.Helper()
 	dir, err := filepath.Abs(filepath.Join("testdata", "node"))
 	if err != nil {
@@ -117,13 +119,12 @@ func nodeDir(t *testing.T) string {
 	return dir
 }
 
-// runNode runs one SDK program against ts with the configuration a user
-// would write, and fails t for each check it reports failed, or when it
-// reports none.
-func runNode(t *testing.T, ts *testServer, program string, extra ...string) string {
+// node runs one program of the Node project against ts with the
+// configuration a user would write: the API key and both URLs.
+func node(t testing.TB, ts *testServer, program string, extra ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	dir := nodeDir(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", program)
 	cmd.Dir = dir
@@ -134,11 +135,19 @@ func runNode(t *testing.T, ts *testServer, program string, extra ...string) stri
 		cmd.Env = append(cmd.Env, "NODE_EXTRA_CA_CERTS="+ts.caFile)
 	}
 	cmd.Env = append(cmd.Env, extra...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
 	out, err := cmd.Output()
+	return string(out), errb.String(), err
+}
+
+// runNode runs one SDK program and fails t for each check it reports
+// failed, or when it reports none.
+func runNode(t *testing.T, ts *testServer, program string, extra ...string) string {
+	t.Helper()
+	out, stderr, err := node(t, ts, program, extra...)
 	passed, failed := 0, 0
-	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc := bufio.NewScanner(strings.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -154,13 +163,13 @@ func runNode(t *testing.T, ts *testServer, program string, extra ...string) stri
 		}
 	}
 	if err != nil {
-		t.Errorf("%s: %v\nstderr:\n%s", program, err, stderr.String())
+		t.Errorf("%s: %v\nstderr:\n%s", program, err, stderr)
 	}
 	if passed == 0 && failed == 0 {
-		t.Errorf("%s reported no checks\nstdout:\n%s\nstderr:\n%s", program, out, stderr.String())
+		t.Errorf("%s reported no checks\nstdout:\n%s\nstderr:\n%s", program, out, stderr)
 	}
 	t.Logf("%s: %d checks passed, %d failed", program, passed, failed)
-	return string(out)
+	return out
 }
 
 // forEachBackend runs f once per backend, each on a server of its own.
