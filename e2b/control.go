@@ -303,6 +303,28 @@ func (h *Handler) templateOf(s *session.Session) string {
 	return s.Info().Image
 }
 
+// extend makes s live at least secs (the default timeout when nil) from
+// now; it never shortens its life.
+func (h *Handler) extend(s *session.Session, secs *int64) error {
+	ttl, err := timeoutOf(secs, h.opts.DefaultTimeout)
+	if err != nil {
+		return err
+	}
+	if time.Now().Add(ttl).After(s.Info().ExpiresAt) {
+		return s.SetTTL(ttl)
+	}
+	return nil
+}
+
+// sessionBody finds the caller's sandbox of the path and reads the body.
+func (h *Handler) sessionBody(w http.ResponseWriter, r *http.Request, c caller, v any) (*session.Session, error) {
+	s, err := h.session(c, r.PathValue("id"))
+	if err != nil {
+		return nil, err
+	}
+	return s, readBody(w, r, v)
+}
+
 type connectBody struct {
 	Timeout *int64 `json:"timeout"`
 }
@@ -310,58 +332,37 @@ type connectBody struct {
 // connect hands out a sandbox's token, extending its life to the timeout
 // asked (300 s by default) when that is later than its end.
 func (h *Handler) connect(w http.ResponseWriter, r *http.Request, c caller) error {
-	s, err := h.session(c, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
 	var req connectBody
-	if err := readBody(w, r, &req); err != nil {
-		return err
-	}
-	ttl, err := timeoutOf(req.Timeout, h.opts.DefaultTimeout)
+	s, err := h.sessionBody(w, r, c, &req)
 	if err != nil {
 		return err
 	}
-	if time.Now().Add(ttl).After(s.Info().ExpiresAt) {
-		if err := s.SetTTL(ttl); err != nil {
-			return err
-		}
+	if err := h.extend(s, req.Timeout); err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusCreated, created(h.grants.issue(s.ID(), h.templateOf(s), c)))
 	return nil
 }
 
 func (h *Handler) refresh(w http.ResponseWriter, r *http.Request, c caller) error {
-	s, err := h.session(c, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
 	var req struct {
 		Duration *int64 `json:"duration"`
 	}
-	if err := readBody(w, r, &req); err != nil {
-		return err
-	}
-	ttl, err := timeoutOf(req.Duration, h.opts.DefaultTimeout)
+	s, err := h.sessionBody(w, r, c, &req)
 	if err != nil {
 		return err
 	}
-	if time.Now().Add(ttl).After(s.Info().ExpiresAt) {
-		if err := s.SetTTL(ttl); err != nil {
-			return err
-		}
+	if err := h.extend(s, req.Duration); err != nil {
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
 func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request, c caller) error {
-	s, err := h.session(c, r.PathValue("id"))
-	if err != nil {
-		return err
-	}
 	var req connectBody
-	if err := readBody(w, r, &req); err != nil {
+	s, err := h.sessionBody(w, r, c, &req)
+	if err != nil {
 		return err
 	}
 	if req.Timeout == nil {

@@ -87,6 +87,17 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, status, msg)
 }
 
+// rpcCodes are the Connect codes of the statuses statusOf gives.
+var rpcCodes = map[int]connect.Code{
+	http.StatusBadRequest:      connect.CodeInvalidArgument,
+	http.StatusUnauthorized:    connect.CodeUnauthenticated,
+	http.StatusForbidden:       connect.CodePermissionDenied,
+	http.StatusNotFound:        connect.CodeNotFound,
+	http.StatusConflict:        connect.CodeAlreadyExists,
+	http.StatusTooManyRequests: connect.CodeResourceExhausted,
+	http.StatusNotImplemented:  connect.CodeUnimplemented,
+}
+
 // rpcError maps an error to a Connect error, for the envd services.
 func rpcError(err error) error {
 	var ce *connect.Error
@@ -100,22 +111,9 @@ func rpcError(err error) error {
 		return connect.NewError(connect.CodeCanceled, err)
 	}
 	status, msg := statusOf(err)
-	code := connect.CodeInternal
-	switch status {
-	case http.StatusBadRequest:
-		code = connect.CodeInvalidArgument
-	case http.StatusNotFound:
-		code = connect.CodeNotFound
-	case http.StatusConflict:
-		code = connect.CodeAlreadyExists
-	case http.StatusTooManyRequests:
-		code = connect.CodeResourceExhausted
-	case http.StatusNotImplemented:
-		code = connect.CodeUnimplemented
-	case http.StatusForbidden:
-		code = connect.CodePermissionDenied
-	case http.StatusUnauthorized:
-		code = connect.CodeUnauthenticated
+	code, ok := rpcCodes[status]
+	if !ok {
+		code = connect.CodeInternal
 	}
 	return connect.NewError(code, errors.New(msg))
 }

@@ -8,12 +8,14 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"net/url"
 	"os"
 	"path"
 	"strconv"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/session"
 )
 
 // transferTimeout bounds how long one upload may take to arrive, or one
@@ -37,19 +39,29 @@ func (h *Handler) fileError(w http.ResponseWriter, r *http.Request, err error) {
 	h.fail(w, r, err)
 }
 
+// fileCall finds a file request's session and query, and checks its
+// user; it answers the request itself when it fails.
+func (h *Handler) fileCall(w http.ResponseWriter, r *http.Request) (*session.Session, url.Values, bool) {
+	s, err := current(r.Context())
+	if err != nil {
+		h.fail(w, r, err)
+		return nil, nil, false
+	}
+	q := r.URL.Query()
+	if err := userOf(r.Header, q.Get("username")); err != nil {
+		writeError(w, http.StatusForbidden, err.Error())
+		return nil, nil, false
+	}
+	return s, q, true
+}
+
 // download answers GET /files?path=P with the file's content as the
 // artifact filter passes it: accepted or sanitized bytes, or 403 with the
 // filter's reason. Every download goes through the filter, wherever the
 // file lies, as it does in airlock's own API.
 func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
-	s, err := current(r.Context())
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	q := r.URL.Query()
-	if err := userOf(r.Header, q.Get("username")); err != nil {
-		writeError(w, http.StatusForbidden, err.Error())
+	s, q, ok := h.fileCall(w, r)
+	if !ok {
 		return
 	}
 	p := resolve(q.Get("path"))
@@ -99,14 +111,8 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request) {
 // does, one application/octet-stream body, gzip-encoded or not, for the
 // path in the query.
 func (h *Handler) upload(w http.ResponseWriter, r *http.Request) {
-	s, err := current(r.Context())
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	q := r.URL.Query()
-	if err := userOf(r.Header, q.Get("username")); err != nil {
-		writeError(w, http.StatusForbidden, err.Error())
+	s, q, ok := h.fileCall(w, r)
+	if !ok {
 		return
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(transferTimeout))
