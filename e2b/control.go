@@ -272,16 +272,17 @@ func mergeEnv(base, req map[string]string) map[string]string {
 	return out
 }
 
-// pruneSoon forgets, now and then, the grants of sandboxes the Manager
-// has forgotten.
+// pruneSoon forgets, now and then, the grants and pid tables of the
+// sandboxes the Manager has forgotten. It runs on each create.
 func (h *Handler) pruneSoon() {
-	h.grants.prune(func(gr *grant) bool {
-		_, err := h.opts.Manager.Get(gr.tenant, gr.id)
-		gone := errors.Is(err, sandbox.ErrNotFound)
-		if gone {
-			h.procs.forget(gr.id)
-		}
-		return gone
+	gone := func(id, tenant string) bool {
+		_, err := h.opts.Manager.Get(tenant, id)
+		return errors.Is(err, sandbox.ErrNotFound)
+	}
+	h.grants.prune(func(gr *grant) bool { return gone(gr.id, gr.tenant) })
+	h.procs.prune(func(id, owner string) bool {
+		_, err := h.opts.Manager.Get(owner, id)
+		return err != nil
 	})
 }
 

@@ -38,27 +38,32 @@ type processes struct {
 
 func newProcesses() *processes { return &processes{bySandbox: map[string]*procTable{}} }
 
-// table is the pid table of sandbox id, made on first use.
-func (ps *processes) table(id string) *procTable {
+// table is the pid table of session s, made on first use.
+func (ps *processes) table(s *session.Session) *procTable {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	t := ps.bySandbox[id]
+	t := ps.bySandbox[s.ID()]
 	if t == nil {
-		t = &procTable{next: 1, byPID: map[uint32]*proc{}, byID: map[string]*proc{}}
-		ps.bySandbox[id] = t
+		t = &procTable{owner: s.Owner(), next: 1, byPID: map[uint32]*proc{}, byID: map[string]*proc{}}
+		ps.bySandbox[s.ID()] = t
 	}
 	return t
 }
 
-// forget drops the table of a sandbox that is gone.
-func (ps *processes) forget(id string) {
+// prune drops the tables of the sandboxes that are gone.
+func (ps *processes) prune(gone func(id, owner string) bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	delete(ps.bySandbox, id)
+	for id, t := range ps.bySandbox {
+		if gone(id, t.owner) {
+			delete(ps.bySandbox, id)
+		}
+	}
 }
 
 // procTable maps pids to one session's processes.
 type procTable struct {
+	owner string // the session's tenant
 	mu    sync.Mutex
 	next  uint32
 	byPID map[uint32]*proc
@@ -133,7 +138,7 @@ func (ps *processService) find(ctx context.Context, sel *ppb.ProcessSelector) (*
 	if err != nil {
 		return nil, err
 	}
-	t := ps.h.procs.table(s.ID())
+	t := ps.h.procs.table(s)
 	t.sync(s)
 	t.mu.Lock()
 	var p *proc
@@ -399,7 +404,7 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[ppb.St
 	if err != nil {
 		return rpcError(err)
 	}
-	p := ps.h.procs.table(s.ID()).add(sp, cfg, req.Msg.GetTag(), out)
+	p := ps.h.procs.table(s).add(sp, cfg, req.Msg.GetTag(), out)
 	send := func(ev *ppb.ProcessEvent) error { return stream.Send(&ppb.StartResponse{Event: ev}) }
 	if err := send(&ppb.ProcessEvent{Event: &ppb.ProcessEvent_Start{Start: &ppb.ProcessEvent_StartEvent{Pid: p.pid}}}); err != nil {
 		return err
@@ -429,7 +434,7 @@ func (ps *processService) List(ctx context.Context, req *connect.Request[ppb.Lis
 	if err != nil {
 		return nil, rpcError(err)
 	}
-	t := ps.h.procs.table(s.ID())
+	t := ps.h.procs.table(s)
 	t.sync(s)
 	out := &ppb.ListResponse{Processes: []*ppb.ProcessInfo{}}
 	t.mu.Lock()
