@@ -211,6 +211,7 @@ func (m *Manager) backend(name string) (string, sandbox.Backend, error) {
 // Create starts a session: from a warm pool when one matches, else a new
 // sandbox.
 func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error) {
+	start := time.Now()
 	name, be, err := m.backend(o.Backend)
 	if err != nil {
 		return nil, err
@@ -256,6 +257,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 	m.mu.Unlock()
 	go m.watch(s)
 	m.opts.Observer.Event(Event{Kind: EventCreated, Session: s.id, Owner: s.owner, Time: now, Backend: name, Image: img.Name,
+		Pooled: s.pooled, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 		Detail: fmt.Sprintf("memory %s, cpus %g, pids %d, ttl %v", sandbox.FormatSize(pol.Limits.MemoryBytes), pol.Limits.CPUs, pol.Limits.Pids, ttl)})
 	m.log.Info("session created", "id", s.id, "owner", s.owner, "backend", name, "image", img.Name, "pooled", s.pooled)
 	return s, nil

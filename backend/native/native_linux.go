@@ -139,6 +139,11 @@ func (b *Backend) fill(h *hostInfo) {
 	for {
 		for len(b.pool) < cap(b.pool) {
 			i, err := b.boot(h)
+			if err == nil {
+				if err = i.awaitHello(); err != nil {
+					_ = i.Destroy(context.Background())
+				}
+			}
 			if err != nil {
 				b.opts.Logger.Warn("prestarting a sandbox failed", "err", err)
 				break
@@ -193,16 +198,18 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	if pol.Strict && len(weak) > 0 {
 		return nil, fmt.Errorf("strict policy, but this host can only give weaker layers: %s: %w", strings.Join(weak, "; "), sandbox.ErrUnsupported)
 	}
-	plan, err := rootPlan(spec.Image)
-	if err != nil {
-		return nil, err
-	}
 	id, err := hostdir.PickID(spec.ID)
 	if err != nil {
 		return nil, err
 	}
 	inst, err := b.booted(h)
 	if err != nil {
+		return nil, err
+	}
+	// The plan is made while init starts.
+	plan, err := rootPlan(spec.Image)
+	if err != nil {
+		_ = inst.Destroy(context.Background())
 		return nil, err
 	}
 	inst.id, inst.policy, inst.weakened, inst.imageEnv = id, pol, weak, spec.Image.Env
