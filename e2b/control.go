@@ -64,6 +64,7 @@ func (h *Handler) api(f controlFunc) http.Handler {
 		if key == "" {
 			c.limitKey = tenant
 		}
+		h.identified(w, c)
 		if wait, ok := h.allow(c); !ok {
 			w.Header().Set("Retry-After", retryAfter(wait))
 			writeError(w, http.StatusTooManyRequests, "too many requests on this API key")

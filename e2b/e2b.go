@@ -39,6 +39,9 @@ type Options struct {
 	// the key a sandbox's token was handed out to) and says how long to
 	// wait when its budget is spent; nil allows everything.
 	Allow func(key string) (wait time.Duration, ok bool)
+	// Identified, when set, hears the tenant of each authenticated request,
+	// with the request's ResponseWriter: for the server's request log.
+	Identified func(w http.ResponseWriter, tenant string)
 	// Templates maps E2B template names to airlock image names; nil means
 	// DefaultTemplates. A template that is not listed names an image.
 	Templates map[string]string
@@ -157,6 +160,13 @@ func apiKey(r *http.Request) string {
 type caller struct {
 	tenant   string
 	limitKey string
+}
+
+// identified tells Options.Identified who a request comes from.
+func (h *Handler) identified(w http.ResponseWriter, c caller) {
+	if h.opts.Identified != nil {
+		h.opts.Identified(w, c.tenant)
+	}
 }
 
 // allow charges a request to c's rate limit, writing the answer when the

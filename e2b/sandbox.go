@@ -73,6 +73,7 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, id string, g
 		}
 		c = caller{tenant: tenant, limitKey: key}
 	}
+	h.identified(w, c)
 	if wait, ok := h.allow(c); !ok {
 		w.Header().Set("Retry-After", retryAfter(wait))
 		sandboxError(w, r, http.StatusTooManyRequests, connect.CodeResourceExhausted, "too many requests on this API key")

@@ -110,6 +110,11 @@ func New(opts Options) (*Server, error) {
 	if opts.E2B != nil {
 		eo := *opts.E2B
 		eo.Manager, eo.Authenticate, eo.Allow, eo.Logger = opts.Manager, s.e2bTenant, s.e2bAllow, opts.Logger
+		eo.Identified = func(w http.ResponseWriter, tenant string) {
+			if sw, ok := w.(*statusWriter); ok {
+				sw.tenant = tenant
+			}
+		}
 		h, err := e2b.New(eo)
 		if err != nil {
 			return nil, err
