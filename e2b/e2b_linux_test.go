@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/native"
 	"github.com/airlock-sandbox/airlock/e2b"
@@ -66,8 +67,13 @@ func startServer(t testing.TB, bc backendCase, so serverOptions) *testServer {
 	t.Helper()
 	testenv.Require(t, "root: sessions run native sandboxes as root here", testenv.Root())
 	store := testimage.Store(t)
+	log, err := audit.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "audit.db"), audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
 	m, err := session.New(context.Background(), session.Options{Backends: map[string]sandbox.Backend{bc.name: bc.make(t)},
-		Images: store, MaxSessions: cmp.Or(so.maxSessions, 64)})
+		Images: store, MaxSessions: cmp.Or(so.maxSessions, 64), Observer: audit.NewRecorder(log, audit.RecorderOptions{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +81,8 @@ func startServer(t testing.TB, bc backendCase, so serverOptions) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Options{Manager: m, Keys: keys, E2B: &e2b.Options{}, RateLimit: so.rateLimit, RateBurst: so.rateBurst})
+	srv, err := server.New(server.Options{Manager: m, Keys: keys, E2B: &e2b.Options{}, RateLimit: so.rateLimit, RateBurst: so.rateBurst,
+		Audit: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,23 @@ await check('a sandbox made through E2B is a v1 session, and a v1 session is an 
   eq((await v1('GET', `/v1/sessions/${made.body.id}`, env.alice)).status, 410, 'v1 sees it ended')
 })
 
+await check('the audit log of the tenant records the E2B sandbox and its commands', async () => {
+  await sbx.commands.run('echo audited-command')
+  const recs = []
+  for (let after = 0; ;) {
+    const page = await v1('GET', `/v1/audit?after=${after}&limit=1000`, env.alice)
+    eq(page.status, 200, 'v1 audit')
+    recs.push(...page.body.records)
+    if (!page.body.next) break
+    after = page.body.next
+  }
+  const mine = recs.filter((r) => r.session === sbx.sandboxId)
+  assert(mine.some((r) => r.kind === 'session_created'), 'session_created: ' + JSON.stringify(mine.map((r) => r.kind)))
+  assert(mine.some((r) => r.kind === 'exec' && r.what.includes('audited-command')), 'the command: ' + JSON.stringify(mine.map((r) => r.what)))
+  const bobs = await v1('GET', '/v1/audit?limit=1000', env.bob)
+  assert(!bobs.body.records.some((r) => r.session === sbx.sandboxId), 'bob does not see alice\'s records')
+})
+
 await check('kill: true, then false; getInfo and connect of a killed sandbox are NotFound', async () => {
   eq(await Sandbox.kill(sbx.sandboxId), true, 'first kill')
   eq(await Sandbox.kill(sbx.sandboxId), false, 'second kill')
