@@ -15,9 +15,8 @@ import (
 )
 
 // filesystemService is envd's filesystem service over a session's files.
-// Watching folders (WatchDir and the watcher calls) is not offered: the
-// sandbox's files are reached as streams through its init, with no event
-// source that a caller outside could follow.
+// WatchDir runs an inotify watcher inside the sandbox (watch.go); the
+// polled watchers (CreateWatcher and the rest) are not offered.
 type filesystemService struct {
 	filesystemconnect.UnimplementedFilesystemHandler
 	h *Handler

@@ -44,7 +44,7 @@ func (ps *processes) table(s *session.Session) *procTable {
 	defer ps.mu.Unlock()
 	t := ps.bySandbox[s.ID()]
 	if t == nil {
-		t = &procTable{owner: s.Owner(), next: 1, byPID: map[uint32]*proc{}, byID: map[string]*proc{}}
+		t = &procTable{owner: s.Owner(), next: 1, byPID: map[uint32]*proc{}, byID: map[string]*proc{}, hidden: map[string]bool{}}
 		ps.bySandbox[s.ID()] = t
 	}
 	return t
@@ -63,11 +63,23 @@ func (ps *processes) prune(gone func(id, owner string) bool) {
 
 // procTable maps pids to one session's processes.
 type procTable struct {
-	owner string // the session's tenant
-	mu    sync.Mutex
-	next  uint32
-	byPID map[uint32]*proc
-	byID  map[string]*proc // by the session's process id
+	owner  string // the session's tenant
+	mu     sync.Mutex
+	next   uint32
+	byPID  map[uint32]*proc
+	byID   map[string]*proc // by the session's process id
+	hidden map[string]bool  // airlock's own helpers (folder watchers): no pid
+}
+
+// hide keeps one of the surface's own processes out of the table.
+func (t *procTable) hide(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.hidden[id] = true
+	if p, ok := t.byID[id]; ok {
+		delete(t.byID, id)
+		delete(t.byPID, p.pid)
+	}
 }
 
 // proc is one process as envd describes it.
@@ -102,6 +114,7 @@ func (t *procTable) sync(s *session.Session) {
 		live[sp.ID] = true
 		t.mu.Lock()
 		_, ok := t.byID[sp.ID]
+		ok = ok || t.hidden[sp.ID]
 		t.mu.Unlock()
 		if !ok {
 			t.add(sp, &ppb.ProcessConfig{Cmd: first(sp.Cmd), Args: rest(sp.Cmd), Envs: map[string]string{}}, "", nil)
@@ -113,6 +126,11 @@ func (t *procTable) sync(s *session.Session) {
 		if !live[id] {
 			delete(t.byID, id)
 			delete(t.byPID, p.pid)
+		}
+	}
+	for id := range t.hidden {
+		if !live[id] {
+			delete(t.hidden, id)
 		}
 	}
 }

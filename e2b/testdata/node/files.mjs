@@ -2,7 +2,7 @@
 // and binary; read text, bytes and a stream; list, exists, getInfo,
 // makeDir, remove, rename; signed URLs; the artifact filter on reads.
 import { Sandbox, FileNotFoundError, SandboxError, InvalidArgumentError } from 'e2b'
-import { check, done, assert, eq, rejects, isA } from './lib.mjs'
+import { check, done, assert, eq, rejects, isA, sleep } from './lib.mjs'
 
 const sbx = await Sandbox.create('base', { timeoutMs: 300_000 })
 // A 1x1 PNG.
@@ -128,9 +128,26 @@ await check('signed download and upload URLs', async () => {
   eq((await fetch(readUrl)).status, 401, 'an expired signature')
 })
 
-await check('watchDir is refused as not offered', async () => {
-  const err = await rejects(() => sbx.files.watchDir('/tmp', () => {}))
-  assert(/unimplemented|not implemented|not offered/i.test(err.message), err.message)
+await check('watchDir: create, write, rename and remove events, recursive; the watcher is no listed command', async () => {
+  await sbx.files.makeDir('/tmp/watched/sub')
+  const events = []
+  const handle = await sbx.files.watchDir('/tmp/watched', (e) => events.push(e), { recursive: true, timeoutMs: 0 })
+  const listed = await sbx.commands.list()
+  assert(!listed.some((p) => p.args.some((a) => a.includes('inotify'))), 'the watcher is listed: ' + JSON.stringify(listed))
+  await sbx.files.write('/tmp/watched/new.txt', 'one')
+  await sbx.commands.run('echo more >> /tmp/watched/new.txt; mv /tmp/watched/new.txt /tmp/watched/moved.txt; echo deep > /tmp/watched/sub/deep.txt; rm /tmp/watched/moved.txt')
+  const want = [['new.txt', 'create'], ['new.txt', 'write'], ['new.txt', 'rename'], ['moved.txt', 'create'], ['sub/deep.txt', 'create'], ['moved.txt', 'remove']]
+  for (let i = 0; i < 50 && !want.every(([n, t]) => events.some((e) => e.name === n && e.type === t)); i++) await sleep(100)
+  await handle.stop()
+  for (const [n, t] of want) assert(events.some((e) => e.name === n && e.type === t), `no ${t} of ${n} in ${JSON.stringify(events.map((e) => [e.name, e.type]))}`)
+  const n = events.length
+  await sbx.files.write('/tmp/watched/after-stop.txt', 'x')
+  await sleep(300)
+  eq(events.length, n, 'no events after stop')
+})
+
+await check('watchDir of a missing folder is a FileNotFoundError', async () => {
+  isA(await rejects(() => sbx.files.watchDir('/tmp/no-such-folder', () => {})), FileNotFoundError, 'missing')
 })
 
 await sbx.kill()
