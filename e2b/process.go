@@ -197,10 +197,16 @@ func newFanout() *fanout { return &fanout{subs: map[*follower]struct{}{}} }
 
 // follower is one stream's queue of output.
 type follower struct {
-	mu     sync.Mutex
-	queue  []*ppb.ProcessEvent_DataEvent
-	notify chan struct{}
+	mu       sync.Mutex
+	queue    []*ppb.ProcessEvent_DataEvent
+	queued   int  // bytes in queue
+	overflow bool // the stream fell more than maxQueued behind
+	notify   chan struct{}
 }
+
+// maxQueued bounds what one stream may fall behind a process's output;
+// a stream further behind is ended, the process goes on.
+const maxQueued = 32 << 20
 
 func (f *fanout) follow() *follower {
 	fl := &follower{notify: make(chan struct{}, 1)}
@@ -229,7 +235,12 @@ func (f *fanout) writer(stderr bool) io.Writer {
 		f.mu.Lock()
 		for fl := range f.subs {
 			fl.mu.Lock()
-			fl.queue = append(fl.queue, ev)
+			if fl.queued+len(data) > maxQueued {
+				fl.overflow = true
+			} else if !fl.overflow {
+				fl.queue = append(fl.queue, ev)
+				fl.queued += len(data)
+			}
 			fl.mu.Unlock()
 			select {
 			case fl.notify <- struct{}{}:
@@ -245,13 +256,16 @@ type writerFunc func([]byte) (int, error)
 
 func (w writerFunc) Write(b []byte) (int, error) { return w(b) }
 
-// take empties the queue.
-func (fl *follower) take() []*ppb.ProcessEvent_DataEvent {
+// take empties the queue; it fails once the stream fell too far behind.
+func (fl *follower) take() ([]*ppb.ProcessEvent_DataEvent, error) {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
 	q := fl.queue
-	fl.queue = nil
-	return q
+	fl.queue, fl.queued = nil, 0
+	if fl.overflow {
+		return q, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("the stream fell more than %d MiB behind the process's output; the process goes on", maxQueued>>20))
+	}
+	return q, nil
 }
 
 // keepaliveOf reads the Keepalive-Ping-Interval header, in seconds.
@@ -317,12 +331,13 @@ func follow(ctx context.Context, p *proc, fl *follower, keepalive time.Duration,
 		if fl == nil {
 			return nil
 		}
-		for _, d := range fl.take() {
+		q, overflow := fl.take()
+		for _, d := range q {
 			if err := send(&ppb.ProcessEvent{Event: &ppb.ProcessEvent_Data{Data: d}}); err != nil {
 				return err
 			}
 		}
-		return nil
+		return overflow
 	}
 	var notify chan struct{}
 	if fl != nil {
