@@ -439,8 +439,10 @@ const (
 )
 
 // pageToken encodes a position in the listing order (created, id).
-func pageToken(i session.Info) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(i.Created.UnixNano(), 10) + "." + i.ID))
+func pageToken(i session.Info) string { return pageTokenOf(i.Created, i.ID) }
+
+func pageTokenOf(created time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(created.UnixNano(), 10) + "." + id))
 }
 
 func parsePageToken(tok string) (int64, string, error) {
