@@ -135,7 +135,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveSandbox(w, r, id, port)
 		return
 	}
-	if r.URL.Path == "/files" && r.URL.Query().Has("signature") {
+	if signedFile(r) {
 		h.serveSigned(w, r)
 		return
 	}

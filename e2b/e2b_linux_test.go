@@ -61,6 +61,9 @@ type serverOptions struct {
 	rateBurst   int
 	maxSessions int  // 0: 64
 	tls         bool // serve HTTPS with a test certificate
+	// domain serves HTTPS on port 443 of domainAddr with a certificate
+	// for *.testDomain, as E2B_DOMAIN needs.
+	domain bool
 }
 
 func startServer(t testing.TB, bc backendCase, so serverOptions) *testServer {
@@ -88,6 +91,16 @@ func startServer(t testing.TB, bc backendCase, so serverOptions) *testServer {
 	}
 	var ts *httptest.Server
 	caFile := ""
+	if so.domain {
+		url, ca := serveDomain(t, srv)
+		t.Cleanup(func() {
+			srv.Shutdown()
+			if err := m.Close(context.Background()); err != nil {
+				t.Errorf("closing the manager: %v", err)
+			}
+		})
+		return &testServer{URL: url, m: m, caFile: ca}
+	}
 	if so.tls {
 		ts = httptest.NewTLSServer(srv)
 		caFile = filepath.Join(t.TempDir(), "ca.pem")
@@ -229,6 +242,16 @@ func TestFiles(t *testing.T) {
 func TestSecurity(t *testing.T) {
 	forEachBackend(t, serverOptions{}, func(t *testing.T, ts *testServer) {
 		runNode(t, ts, "security.mjs")
+	})
+}
+
+// TestDomain: E2B_DOMAIN alone, as a user with wildcard DNS and a
+// certificate for it would set it; dns-shim.cjs stands in for the DNS.
+func TestDomain(t *testing.T) {
+	forEachBackend(t, serverOptions{domain: true}, func(t *testing.T, ts *testServer) {
+		runNode(t, ts, "domain.mjs", "E2B_DOMAIN="+testDomain, "E2B_API_URL=", "E2B_SANDBOX_URL=",
+			"AIRLOCK_TEST_DOMAIN="+testDomain, "AIRLOCK_TEST_ADDR="+domainAddr,
+			"NODE_OPTIONS=--require "+filepath.Join(nodeDir(t), "dns-shim.cjs"))
 	})
 }
 

@@ -113,25 +113,51 @@ func (h *Handler) serveSandbox(w http.ResponseWriter, r *http.Request, id, port 
 		writeError(w, http.StatusBadGateway, "airlock reaches only envd's port ("+EnvdPort+") and the code interpreter's ("+JupyterPort+") of a sandbox, not "+port)
 		return
 	}
-	sc, ok := h.authorize(w, r, id, nil)
+	var gr *grant
+	if signedFile(r) && accessToken(r) == "" {
+		// A signed URL on a PORT-ID.DOMAIN host: the signature must be
+		// this sandbox's.
+		if gr = h.checkSignature(r, id); gr == nil {
+			writeError(w, http.StatusUnauthorized, badSignature)
+			return
+		}
+	}
+	sc, ok := h.authorize(w, r, id, gr)
 	if !ok {
 		return
 	}
 	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sandboxKey{}, sc)))
 }
 
-// serveSigned serves a file URL made by the SDKs' uploadUrl or
-// downloadUrl: it names no sandbox, so the signature, made with one
-// sandbox's token, says which.
-func (h *Handler) serveSigned(w http.ResponseWriter, r *http.Request) {
+// signedFile tells whether r is a file transfer that carries a signature.
+func signedFile(r *http.Request) bool {
+	return r.URL.Path == "/files" && r.URL.Query().Has("signature")
+}
+
+const badSignature = "the signature is not valid for this file and operation, or it expired"
+
+// checkSignature finds the grant whose token signed r (of sandbox id, or
+// of any sandbox with id ""), or nil.
+func (h *Handler) checkSignature(r *http.Request, id string) *grant {
 	q := r.URL.Query()
 	op := "read"
 	if r.Method == http.MethodPost {
 		op = "write"
 	}
-	gr, ok := h.grants.signed(q.Get("path"), op, q.Get("username"), q.Get("signature"), q.Get("signature_expiration"), time.Now())
+	gr, ok := h.grants.signed(id, q.Get("path"), op, q.Get("username"), q.Get("signature"), q.Get("signature_expiration"), time.Now())
 	if !ok {
-		writeError(w, http.StatusUnauthorized, "the signature is not valid for this file and operation, or it expired")
+		return nil
+	}
+	return gr
+}
+
+// serveSigned serves a file URL made by the SDKs' uploadUrl or
+// downloadUrl: it names no sandbox, so the signature, made with one
+// sandbox's token, says which.
+func (h *Handler) serveSigned(w http.ResponseWriter, r *http.Request) {
+	gr := h.checkSignature(r, "")
+	if gr == nil {
+		writeError(w, http.StatusUnauthorized, badSignature)
 		return
 	}
 	sc, ok := h.authorize(w, r, gr.id, gr)

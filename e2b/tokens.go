@@ -104,9 +104,10 @@ func signature(path, op, user, token, expiration string) string {
 }
 
 // signed finds the grant whose token made sig over the other fields, and
-// checks that the signature has not expired. Every grant is tried, with
-// constant-time compares, since a signed URL names no sandbox.
-func (g *grants) signed(path, op, user, sig, expiration string, now time.Time) (*grant, bool) {
+// checks that the signature has not expired. With id "" every grant is
+// tried, with constant-time compares, since a signed URL under
+// E2B_SANDBOX_URL names no sandbox; else only id's.
+func (g *grants) signed(id, path, op, user, sig, expiration string, now time.Time) (*grant, bool) {
 	if !strings.HasPrefix(sig, "v1_") {
 		return nil, false
 	}
@@ -119,7 +120,9 @@ func (g *grants) signed(path, op, user, sig, expiration string, now time.Time) (
 	g.mu.Lock()
 	all := make([]*grant, 0, len(g.byID))
 	for _, gr := range g.byID {
-		all = append(all, gr)
+		if id == "" || gr.id == id {
+			all = append(all, gr)
+		}
 	}
 	g.mu.Unlock()
 	var found *grant

@@ -74,8 +74,11 @@ func TestSignature(t *testing.T) {
 	gr := g.issue("sbx", "base", caller{tenant: "alice"})
 	now := time.Unix(1000, 0)
 	sig := signature("/tmp/a", "read", "", gr.token, "2000")
-	if found, ok := g.signed("/tmp/a", "read", "", sig, "2000", now); !ok || found != gr {
+	if found, ok := g.signed("", "/tmp/a", "read", "", sig, "2000", now); !ok || found != gr {
 		t.Error("a good signature was refused")
+	}
+	if _, ok := g.signed("other", "/tmp/a", "read", "", sig, "2000", now); ok {
+		t.Error("a signature was taken for another sandbox")
 	}
 	for name, args := range map[string][4]string{
 		"another path":      {"/tmp/b", "read", "", "2000"},
@@ -87,7 +90,7 @@ func TestSignature(t *testing.T) {
 		if name == "expired" {
 			s = signature("/tmp/a", "read", "", gr.token, "999")
 		}
-		if _, ok := g.signed(args[0], args[1], args[2], s, args[3], now); ok {
+		if _, ok := g.signed("", args[0], args[1], args[2], s, args[3], now); ok {
 			t.Errorf("%s: accepted", name)
 		}
 	}
