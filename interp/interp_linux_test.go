@@ -2,10 +2,7 @@ package interp_test
 
 import (
 	"context"
-	"errors"
 	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -13,8 +10,8 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/native"
-	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/interp"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -67,42 +64,11 @@ func newSandbox(t testing.TB, img sandbox.Image, mod func(*sandbox.Policy)) sand
 func hostSandbox(t testing.TB) sandbox.Instance { return newSandbox(t, sandbox.HostImage(), nil) }
 
 // pythonImage is the built python image, or a skip (a failure under CI).
-// It looks where backend/internal/testimage does (which interp cannot
-// import): $AIRLOCK_HOME's store, else the newest store of the CI cache.
 func pythonImage(t testing.TB) sandbox.Image {
 	t.Helper()
-	img, err := findPythonImage()
+	img, err := testimage.Resolve()
 	testenv.Require(t, "the python image (bash .ci/lib/image.sh builds it; set AIRLOCK_HOME to the folder it prints)", err)
 	return img
-}
-
-func findPythonImage() (sandbox.Image, error) {
-	var dirs []string
-	if h := os.Getenv("AIRLOCK_HOME"); h != "" {
-		dirs = append(dirs, filepath.Join(h, "images"))
-	}
-	cache := os.Getenv("AIRLOCK_CI_CACHE")
-	if cache == "" {
-		cache = "/var/cache/airlock-ci"
-	}
-	homes, _ := filepath.Glob(filepath.Join(cache, "home-*", "images"))
-	sort.Slice(homes, func(i, j int) bool { return modTime(homes[i]) > modTime(homes[j]) })
-	for _, d := range append(dirs, homes...) {
-		if s, err := image.OpenStore(d); err == nil {
-			if img, err := image.Resolve(s, "python"); err == nil {
-				return img, nil
-			}
-		}
-	}
-	return sandbox.Image{}, errors.New("no python image in $AIRLOCK_HOME or the CI cache")
-}
-
-func modTime(p string) int64 {
-	st, err := os.Stat(p)
-	if err != nil {
-		return 0
-	}
-	return st.ModTime().UnixNano()
 }
 
 // start starts a context, closed when t ends.

@@ -65,7 +65,7 @@ func parseServe(env *cliEnv, args []string) (*serveOptions, error) {
 	fs.StringVar(&o.keysFile, "keys-file", "", "`FILE` of API keys (default: AIRLOCK_API_KEYS)")
 	fs.StringVar(&o.backends, "backends", "native", "comma-separated `NAMES` of the backends to serve; the first is the default")
 	fs.StringVar(&o.runtime, "runtime", "", "with the docker backend: runc or runsc")
-	fs.Var(&o.pool, "pool", "a warm pool, `BACKEND:IMAGE=SIZE` (repeatable), e.g. native:python=2; its sandboxes have the default policy")
+	fs.Var(&o.pool, "pool", "a warm pool, `BACKEND:IMAGE=SIZE` (repeatable), e.g. native:python=2; its sandboxes have the default policy, and the python image's have the interpreter started with pandas, numpy and matplotlib imported")
 	fs.Var(positiveInt{&o.maxSessions}, "max-sessions", "`NUMBER` of sessions alive at once (default 1024)")
 	fs.Var(positiveInt{&o.quota.Sessions}, "tenant-sessions", "a tenant's sessions at once, `NUMBER` (default 64; a keys file line may set its own)")
 	fs.Var(sizeFlag{&o.quota.MemoryBytes}, "tenant-memory", "a tenant's memory caps added up, `SIZE` (default 32GiB)")
@@ -115,7 +115,13 @@ func parsePool(v string) (session.PoolSpec, error) {
 	if !ok || !ok2 || err != nil || size < 1 || size > 256 || backend == "" || img == "" {
 		return session.PoolSpec{}, fmt.Errorf("--pool %q: want BACKEND:IMAGE=SIZE, SIZE 1 to 256: %w", v, sandbox.ErrInvalid)
 	}
-	return session.PoolSpec{Backend: backend, Image: img, Size: size}, nil
+	ps := session.PoolSpec{Backend: backend, Image: img, Size: size}
+	if img == "python" {
+		// the data image's sessions wait with the interpreter started and
+		// the data libraries imported
+		ps.Warm = session.WarmPython(session.DataPreload)
+	}
+	return ps, nil
 }
 
 func runServe(ctx context.Context, env *cliEnv, args []string) int {
