@@ -281,10 +281,12 @@ func (h *Handler) pruneSoon() {
 		return errors.Is(err, sandbox.ErrNotFound)
 	}
 	h.grants.prune(func(gr *grant) bool { return gone(gr.id, gr.tenant) })
-	h.procs.prune(func(id, owner string) bool {
+	ended := func(id, owner string) bool {
 		_, err := h.opts.Manager.Get(owner, id)
 		return err != nil
-	})
+	}
+	h.procs.prune(ended)
+	h.forgetDefaults(ended)
 }
 
 // session finds caller's sandbox id.

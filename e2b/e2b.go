@@ -72,6 +72,7 @@ type Handler struct {
 	envd    *http.ServeMux
 	jupyter *http.ServeMux
 	procs   *processes
+	defs    defaults
 }
 
 // New returns a Handler.

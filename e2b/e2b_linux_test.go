@@ -237,6 +237,14 @@ func TestFiles(t *testing.T) {
 	})
 }
 
+// TestCodeInterpreter: runCode in Python and JavaScript with streaming;
+// results, errors, execution counts; code contexts.
+func TestCodeInterpreter(t *testing.T) {
+	forEachBackend(t, serverOptions{}, func(t *testing.T, ts *testServer) {
+		runNode(t, ts, "interp.mjs")
+	})
+}
+
 // TestSecurity: a sandbox id alone opens nothing; a token opens only its
 // sandbox; a key only its tenant's.
 func TestSecurity(t *testing.T) {

@@ -25,9 +25,12 @@ await check('stdout and stderr stream as they come', async () => {
     onStdout: (m) => seen.push(['out', m.line, Date.now() - t0]),
     onStderr: (m) => seen.push(['err', m.line, Date.now() - t0]),
   })
+  const end = Date.now() - t0
   const outs = seen.filter((s) => s[0] === 'out')
   eq(outs.map((s) => s[1]).join(''), 'line 0\nline 1\nline 2\n', 'stdout')
-  assert(outs[outs.length - 1][2] - outs[0][2] >= 600, `not streamed: ${JSON.stringify(seen)}`)
+  // line 0 is printed 0.8 s before the cell ends: streamed, it arrives
+  // well before the answer.
+  assert(end - outs[0][2] >= 400, `not streamed: ${JSON.stringify(seen)}, the call ended at ${end} ms`)
   eq(ex.logs.stdout.join(''), 'line 0\nline 1\nline 2\n', 'logs.stdout')
   assert(ex.logs.stderr.join('').includes('oops'), 'logs.stderr')
 })
@@ -51,7 +54,7 @@ await check('errors: name, value, traceback', async () => {
 await check('results: html, json, png (matplotlib), with display() beside the main result', async () => {
   const h = await sbx.runCode('from IPython.display import HTML, display\ndisplay(HTML("<b>bold</b>"))\n42')
   const disp = h.results.find((r) => !r.isMainResult)
-  assert(disp && disp.html && disp.html.includes('<b>bold</b>'), 'html display: ' + JSON.stringify(h.results))
+  assert(disp && disp.html && disp.html.includes('<b>bold</b>'), 'html display: ' + JSON.stringify(h))
   eq(h.text, '42', 'main result beside it')
   const j = await sbx.runCode('from IPython.display import JSON\nJSON({"a": [1, 2], "b": "c"})')
   const jr = j.results.find((r) => r.json)
