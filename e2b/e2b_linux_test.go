@@ -192,6 +192,11 @@ func runNode(t *testing.T, ts *testServer, program string, extra ...string) stri
 	return out
 }
 
+// sdkProgram runs one SDK program on every backend.
+func sdkProgram(t *testing.T, so serverOptions, program string) {
+	forEachBackend(t, so, func(t *testing.T, ts *testServer) { runNode(t, ts, program) })
+}
+
 // forEachBackend runs f once per backend, each on a server of its own.
 func forEachBackend(t *testing.T, so serverOptions, f func(t *testing.T, ts *testServer)) {
 	for _, bc := range backends() {
@@ -217,40 +222,30 @@ func TestControlPlane(t *testing.T) {
 // TestRateLimit: a 429 with Retry-After is what the SDK retries on, and
 // its RateLimitError when it may not retry.
 func TestRateLimit(t *testing.T) {
-	forEachBackend(t, serverOptions{rateLimit: 1, rateBurst: 2}, func(t *testing.T, ts *testServer) {
-		runNode(t, ts, "ratelimit.mjs")
-	})
+	sdkProgram(t, serverOptions{rateLimit: 1, rateBurst: 2}, "ratelimit.mjs")
 }
 
 // TestCommands: commands.run in the foreground and background through
 // envd's process service.
 func TestCommands(t *testing.T) {
-	forEachBackend(t, serverOptions{}, func(t *testing.T, ts *testServer) {
-		runNode(t, ts, "commands.mjs")
-	})
+	sdkProgram(t, serverOptions{}, "commands.mjs")
 }
 
 // TestFiles: envd's filesystem service and file transfers.
 func TestFiles(t *testing.T) {
-	forEachBackend(t, serverOptions{}, func(t *testing.T, ts *testServer) {
-		runNode(t, ts, "files.mjs")
-	})
+	sdkProgram(t, serverOptions{}, "files.mjs")
 }
 
 // TestCodeInterpreter: runCode in Python and JavaScript with streaming;
 // results, errors, execution counts; code contexts.
 func TestCodeInterpreter(t *testing.T) {
-	forEachBackend(t, serverOptions{}, func(t *testing.T, ts *testServer) {
-		runNode(t, ts, "interp.mjs")
-	})
+	sdkProgram(t, serverOptions{}, "interp.mjs")
 }
 
 // TestSecurity: a sandbox id alone opens nothing; a token opens only its
 // sandbox; a key only its tenant's.
 func TestSecurity(t *testing.T) {
-	forEachBackend(t, serverOptions{}, func(t *testing.T, ts *testServer) {
-		runNode(t, ts, "security.mjs")
-	})
+	sdkProgram(t, serverOptions{}, "security.mjs")
 }
 
 // TestDomain: E2B_DOMAIN alone, as a user with wildcard DNS and a

@@ -297,21 +297,18 @@ func (h *Handler) listContexts(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) removeContext(w http.ResponseWriter, r *http.Request) {
-	s, err := current(r.Context())
-	if err == nil {
-		err = s.RemoveContext(r.Context(), r.PathValue("ctx"))
-	}
-	if err != nil {
-		h.jupyterFail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	h.onContext(w, r, (*session.Session).RemoveContext)
 }
 
 func (h *Handler) restartContext(w http.ResponseWriter, r *http.Request) {
+	h.onContext(w, r, (*session.Session).RestartContext)
+}
+
+// onContext applies op to the context of the path and answers 204.
+func (h *Handler) onContext(w http.ResponseWriter, r *http.Request, op func(*session.Session, context.Context, string) error) {
 	s, err := current(r.Context())
 	if err == nil {
-		err = s.RestartContext(r.Context(), r.PathValue("ctx"))
+		err = op(s, r.Context(), r.PathValue("ctx"))
 	}
 	if err != nil {
 		h.jupyterFail(w, r, err)
