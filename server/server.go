@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/e2b"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/session"
 	"golang.org/x/time/rate"
@@ -49,9 +50,15 @@ type Options struct {
 	Ready func() error
 	// Logger receives one line per request; nil discards them.
 	Logger *slog.Logger
-	// Extra mounts more handlers on the server's mux (metrics, the E2B
-	// surface), before authentication: they authenticate themselves.
+	// Extra mounts more handlers on the server's mux (metrics), before
+	// authentication: they authenticate themselves.
 	Extra map[string]http.Handler
+	// E2B, when set, serves the E2B-compatible surface (package e2b) beside
+	// v1 on the same Manager and keys: its control plane under
+	// /v2/sandboxes and /sandboxes, and each sandbox's envd and code
+	// interpreter for the requests that name a sandbox (E2b-Sandbox-Id).
+	// Manager, Authenticate, Allow and Logger are filled in here.
+	E2B *e2b.Options
 }
 
 // AuditReader reads a tenant's audit records: after is the cursor (the
@@ -72,7 +79,8 @@ type Server struct {
 	closing  atomic.Bool
 	active   atomic.Int64 // API calls in progress, for Drain
 	routes   []route
-	openapi  []byte // the OpenAPI document, built once by New
+	openapi  []byte       // the OpenAPI document, built once by New
+	e2b      *e2b.Handler // nil without the E2B surface
 }
 
 // route is one registered route and what the OpenAPI document says of it.
@@ -111,6 +119,23 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), log: opts.Logger}
 	s.register()
+	if opts.E2B != nil {
+		eo := *opts.E2B
+		eo.Manager, eo.Authenticate, eo.Allow, eo.Logger = opts.Manager, s.e2bTenant, s.e2bAllow, opts.Logger
+		eo.Identified = func(w http.ResponseWriter, tenant string) {
+			if sw, ok := w.(*statusWriter); ok {
+				sw.tenant = tenant
+			}
+		}
+		h, err := e2b.New(eo)
+		if err != nil {
+			return nil, err
+		}
+		s.e2b = h
+		for _, p := range e2b.Patterns() {
+			s.mux.Handle(p, h)
+		}
+	}
 	extra := make([]string, 0, len(opts.Extra))
 	for pattern := range opts.Extra {
 		extra = append(extra, pattern)
@@ -132,20 +157,37 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
+// loopback tells whether addr (HOST:PORT) listens on loopback only.
+func loopback(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, fmt.Errorf("address %q: %v: %w", addr, err, sandbox.ErrInvalid)
+	}
+	if host == "localhost" {
+		return true, nil
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback(), nil
+}
+
+// CheckPlain refuses plain HTTP beyond loopback: API keys and sandbox
+// tokens would cross the network in the clear.
+func CheckPlain(addr string) error {
+	lo, err := loopback(addr)
+	if err != nil || lo {
+		return err
+	}
+	return fmt.Errorf("listening on %s over plain HTTP would send API keys and sandbox tokens in the clear; give --tls-cert and --tls-key, or listen on 127.0.0.1: %w", addr, sandbox.ErrInvalid)
+}
+
 // CheckListen refuses to serve beyond loopback without keys.
 func CheckListen(addr string, keys *Keys) error {
 	if keys.Len() > 0 {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("address %q: %v: %w", addr, err, sandbox.ErrInvalid)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
+	lo, err := loopback(addr)
+	if err != nil || lo {
+		return err
 	}
 	return fmt.Errorf("listening on %s without API keys would let anyone run code here; give --keys-file or AIRLOCK_API_KEYS, or listen on 127.0.0.1: %w", addr, sandbox.ErrInvalid)
 }
@@ -202,7 +244,41 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusBadRequest, api.CodeInvalid, "an API key in the URL would land in logs and proxies: send it as 'Authorization: Bearer KEY'")
 		return
 	}
+	if s.e2b != nil && e2b.SandboxRequest(r) {
+		if s.closing.Load() {
+			writeError(rw, http.StatusServiceUnavailable, api.CodeUnavailable, "the server is shutting down")
+			return
+		}
+		s.e2b.ServeHTTP(rw, r)
+		return
+	}
 	s.mux.ServeHTTP(rw, r)
+}
+
+// e2bTenant authenticates an API key for the E2B surface, as the v1
+// routes do; without keys every caller is DefaultTenant.
+func (s *Server) e2bTenant(key string) (string, bool) {
+	if s.opts.Keys == nil {
+		return DefaultTenant, true
+	}
+	t, ok := s.opts.Keys.Lookup(key)
+	if !ok {
+		return "", false
+	}
+	return t.Name, true
+}
+
+// e2bAllow charges one E2B request to key's rate limit, the same bucket
+// as the key's v1 requests.
+func (s *Server) e2bAllow(key string) (time.Duration, bool) {
+	lim := s.limiter(key)
+	if lim.Allow() {
+		return 0, true
+	}
+	r := lim.Reserve()
+	d := r.Delay()
+	r.Cancel()
+	return d, false
 }
 
 // validRequestID accepts a caller's request id of sane length and
@@ -245,6 +321,15 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 		w.status, w.wrote = http.StatusOK, true
 	}
 	return w.ResponseWriter.Write(b)
+}
+
+// Flush sends what is buffered, for streams (the E2B surface's Connect
+// streams need an http.Flusher).
+func (w *statusWriter) Flush() {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 // Unwrap lets http.ResponseController reach the connection.

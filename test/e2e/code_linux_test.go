@@ -2,8 +2,8 @@ package e2e_test
 
 import (
 	"bytes"
-	"errors"
 	"encoding/base64"
+	"errors"
 	"image/png"
 	"strings"
 	"testing"
