@@ -33,10 +33,9 @@ func (s *suite) security(t *testing.T) {
 	t.Run("landlock", s.testLandlock)
 	t.Run("isolation between sandboxes", s.testIsolation)
 	t.Run("fork bomb", s.testForkBomb)
-	t.Run("the next command always works", s.testSurvives)
 	t.Run("stdout flood", s.testFlood)
 	t.Run("leftover processes", s.testLeftovers)
-	t.Run("one sandbox through every attack", s.testNextCommand)
+	t.Run("the next command always works", s.testNextCommand)
 	t.Run("attacks on the host's channels", s.testChannelAttack)
 	t.Run("many runs", s.testManyRuns)
 	t.Run("artifacts", s.testArtifacts)
@@ -119,7 +118,7 @@ func (s *suite) testPrivilegeAttacks(t *testing.T) {
 		testenv.Require(t, "an x86_64 host (the privilege probe uses its system call numbers)", fmt.Errorf("this is %s", runtime.GOARCH))
 	}
 	inst := s.create(t, Policy(t, nil))
-	s.probe(t, inst, "privileges", nil)
+	s.probe(t, inst, "privileges", map[string]string{"AIRLOCK_PROBE_ENOSYS": strings.Join(s.FilterENOSYS, ",")})
 }
 
 func (s *suite) testIsolation(t *testing.T) {

@@ -43,6 +43,12 @@ type Config struct {
 	// that carry processes' stdio, if it does: descriptors 0-2 may point
 	// there, at FIFOs already unlinked.
 	StdioDir string
+	// FilterENOSYS names the privilege checks whose system calls the
+	// backend's filter refuses with ENOSYS where the check expects EPERM
+	// (runc answers ENOSYS to calls newer than every call its profile
+	// names). The check then requires ENOSYS: still the filter's answer,
+	// not the kernel's.
+	FilterENOSYS []string
 }
 
 //go:embed probes

@@ -4,6 +4,7 @@ package backendtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"syscall"
@@ -53,8 +54,10 @@ func (s *suite) testNextCommand(t *testing.T) {
 				}
 				return nil
 			}},
-		{name: "disk fill", spec: shSpec("dd if=/dev/zero of=/tmp/fill bs=1M 2>&1; echo filled"),
-			cleanup: func() error { return inst.Files().Remove(ctx, "/tmp/fill") }},
+		{name: "disk fill", spec: shSpec("dd if=/dev/zero of=/tmp/fill bs=1M 2>&1; dd if=/dev/zero of=/workspace/output/fill bs=1M 2>&1; echo filled"),
+			cleanup: func() error {
+				return errors.Join(inst.Files().Remove(ctx, "/tmp/fill"), inst.Files().Remove(ctx, "/workspace/output/fill"))
+			}},
 		{name: "inode fill", spec: sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
 			"import os\nos.mkdir('/tmp/inodes')\nn = 0\ntry:\n    while True: open(f'/tmp/inodes/{n}', 'w').close(); n += 1\nexcept OSError as e: print(n, e.errno)"}},
 			cleanup: func() error { return inst.Files().Remove(ctx, "/tmp/inodes") }},
@@ -66,8 +69,8 @@ func (s *suite) testNextCommand(t *testing.T) {
 				}
 				return nil
 			}},
-		{name: "a process ignoring every signal", spec: sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
-			"import signal, time\nfor s in range(1, signal.NSIG):\n    try: signal.signal(s, signal.SIG_IGN)\n    except (OSError, ValueError): pass\nprint('ignoring', flush=True)\nwhile True: time.sleep(1)"},
+		{name: "a process ignoring every signal, and its child in a session of its own", spec: sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
+			"import os, signal, time\nfor s in range(1, signal.NSIG):\n    try: signal.signal(s, signal.SIG_IGN)\n    except (OSError, ValueError): pass\nif os.fork() == 0: os.setsid()\nprint('ignoring', flush=True)\nwhile True: time.sleep(1)"},
 			Timeout: sandbox.Duration(2 * time.Second)}, check: timedOut},
 		{name: "a stopped process", spec: sandbox.ProcessSpec{Cmd: []string{"sh", "-c", "sleep 100 & kill -STOP $!; kill -STOP $$"},
 			Timeout: sandbox.Duration(2 * time.Second)}, check: timedOut},
