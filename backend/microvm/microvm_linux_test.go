@@ -1,0 +1,91 @@
+package microvm_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
+	"github.com/airlock-sandbox/airlock/backend/microvm"
+	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/sandbox"
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(backendtest.Main(m, leftovers))
+}
+
+// leftovers lists the QEMU processes and cgroups of this process's
+// machines.
+func leftovers() []string { return microvm.Leftovers(os.Getpid()) }
+
+var (
+	kernelOnce sync.Once
+	kernelDir  string
+	kernelErr  error
+)
+
+// kernels returns a folder of guest kernels: $AIRLOCK_MICROVM_KERNELS, or
+// the CI cache's, fetched there once if it has none.
+func kernels(t *testing.T) string {
+	t.Helper()
+	kernelOnce.Do(func() {
+		kernelDir = os.Getenv("AIRLOCK_MICROVM_KERNELS")
+		if kernelDir == "" {
+			kernelDir = filepath.Join(testimage.CacheDir(), "kernels")
+		}
+		if _, err := image.FindKernel(kernelDir); err == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		_, kernelErr = image.FetchKernel(ctx, kernelDir, nil)
+	})
+	testenv.Require(t, "a guest kernel ("+image.KernelPackage+", fetched with apt-get download)", kernelErr)
+	return kernelDir
+}
+
+// newBackend returns a backend of the python image's store and the CI
+// kernel, forced to TCG unless AIRLOCK_MICROVM_ACCEL says otherwise.
+func newBackend(t *testing.T) (*microvm.Backend, sandbox.Image) {
+	t.Helper()
+	testenv.Require(t, "root: the microvm tests run as root here (CI does)", testenv.Root())
+	store := testimage.Store(t)
+	img, err := image.Resolve(store, testimage.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	accel := os.Getenv("AIRLOCK_MICROVM_ACCEL")
+	if accel == "" {
+		accel = microvm.AccelTCG
+	}
+	be := microvm.New(microvm.Options{KernelDir: kernels(t), CacheDir: filepath.Join(store.Dir(), ".microvm"), Accel: accel})
+	testenv.Require(t, "the microvm backend", be.Probe(context.Background()))
+	return be, img
+}
+
+func TestGuestKernelIsNotTheHosts(t *testing.T) {
+	be, img := newBackend(t)
+	inst := backendtest.Create(t, be, img, backendtest.Policy(t, nil))
+	res := backendtest.Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"uname", "-r"}})
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	host := unix.ByteSliceToString(u.Release[:])
+	guest := strings.TrimSpace(res.Stdout)
+	if res.ExitCode != 0 || guest == "" || guest == host {
+		t.Fatalf("uname -r inside: %q (exit %d, stderr %q); the host's is %q", guest, res.ExitCode, res.Stderr, host)
+	}
+	if res.BackendDetails["guest_kernel"] != guest || res.BackendDetails["accel"] == "" {
+		t.Errorf("backend details %v, want guest_kernel %q and an accel", res.BackendDetails, guest)
+	}
+	t.Logf("guest kernel %s, host kernel %s, details %v", guest, host, res.BackendDetails)
+}
