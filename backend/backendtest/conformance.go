@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/artifact"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -237,6 +238,16 @@ func (s *suite) testOutputs(t *testing.T) {
 	res := sh(t, inst, "mkdir -p /workspace/output/sub && echo result > /workspace/output/sub/r.txt")
 	if res.ExitCode != 0 {
 		t.Fatalf("write output: %d %s", res.ExitCode, res.Stderr)
+	}
+	if _, ok := inst.(sandbox.OutputDirOpener); !ok {
+		// a backend without a host folder hands out a tar stream
+		dst := t.TempDir()
+		arts, err := collectOutput(context.Background(), inst, dst, artifact.Normalize(sandbox.ArtifactPolicy{}))
+		b, rerr := os.ReadFile(filepath.Join(dst, "sub", "r.txt"))
+		if err != nil || rerr != nil || string(b) != "result\n" {
+			t.Errorf("output through the archive: %q, %v %v (artifacts %+v)", b, err, rerr, arts)
+		}
+		return
 	}
 	dir, err := openOutput(context.Background(), inst)
 	if err != nil {

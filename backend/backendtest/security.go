@@ -224,7 +224,11 @@ time.sleep(600)
 }
 
 func (s *suite) testManyRuns(t *testing.T) {
-	for k := range 20 {
+	runs := s.ManyRuns
+	if runs <= 0 {
+		runs = 20
+	}
+	for k := range runs {
 		p := Policy(t, nil)
 		inst, err := s.Backend.Create(context.Background(), sandbox.Spec{Image: s.Image, Policy: p})
 		if err != nil {
@@ -240,7 +244,7 @@ func (s *suite) testManyRuns(t *testing.T) {
 	}
 	if s.Leftovers != nil {
 		if left := s.Leftovers(); len(left) > 0 {
-			t.Errorf("after 20 runs, left behind: %v", left)
+			t.Errorf("after %d runs, left behind: %v", runs, left)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/artifact"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -38,6 +39,13 @@ type Config struct {
 	// PidsReserve is how many tasks the backend adds to the pids cap for
 	// its own processes inside the sandbox, as it documents.
 	PidsReserve int
+	// CreateTimeout bounds each Create; default one minute. A backend
+	// that boots a machine without hardware virtualisation needs more.
+	CreateTimeout time.Duration
+	// ManyRuns is how many sandboxes "many runs" creates and destroys one
+	// after another; default 20. A backend whose every sandbox boots a
+	// machine may run fewer, saying why in its test.
+	ManyRuns int
 }
 
 //go:embed probes
@@ -97,14 +105,27 @@ func Policy(t *testing.T, edit func(*sandbox.Policy)) sandbox.Policy {
 func (s *suite) create(t *testing.T, p sandbox.Policy) sandbox.Instance {
 	t.Helper()
 	s.checkLeftoversAtEnd(t)
-	return Create(t, s.Backend, s.Image, p)
+	return CreateWithin(t, s.createTimeout(), s.Backend, s.Image, p)
+}
+
+func (s *suite) createTimeout() time.Duration {
+	if s.CreateTimeout > 0 {
+		return s.CreateTimeout
+	}
+	return time.Minute
 }
 
 // Create starts a sandbox on be that is destroyed when the test ends; it
 // fails t if either fails.
 func Create(t *testing.T, be sandbox.Backend, image sandbox.Image, p sandbox.Policy) sandbox.Instance {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return CreateWithin(t, time.Minute, be, image, p)
+}
+
+// CreateWithin is Create with a bound of d on the creation.
+func CreateWithin(t *testing.T, d time.Duration, be sandbox.Backend, image sandbox.Image, p sandbox.Policy) sandbox.Instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	inst, err := be.Create(ctx, sandbox.Spec{Image: image, Policy: p})
 	if err != nil {
@@ -152,6 +173,28 @@ func openOutput(ctx context.Context, inst sandbox.Instance) (*os.File, error) {
 		return nil, fmt.Errorf("backend cannot open /workspace/output as a host folder: %w", sandbox.ErrUnsupported)
 	}
 	return o.OpenOutputDir(ctx)
+}
+
+// collectOutput runs /workspace/output through the artifact filter into
+// dst, from the host folder where the backend has one, else from its tar
+// stream (sandbox.OutputArchiver), as the session does.
+func collectOutput(ctx context.Context, inst sandbox.Instance, dst string, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
+	if a, ok := inst.(sandbox.OutputArchiver); ok {
+		if _, dir := inst.(sandbox.OutputDirOpener); !dir {
+			r, err := a.ArchiveOutput(ctx)
+			if err != nil {
+				return nil, err
+			}
+			defer r.Close()
+			return artifact.CollectTar(ctx, r, artifact.Destination{Dir: dst}, p)
+		}
+	}
+	dir, err := openOutput(ctx, inst)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	return artifact.Collect(ctx, dir, dst, p)
 }
 
 // Exec runs a process to its end and fails the test on an infrastructure
