@@ -3,14 +3,19 @@ package microvm
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 	"unsafe"
 
+	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
+	"github.com/airlock-sandbox/airlock/backend/microvm/internal/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -122,7 +127,82 @@ func probeKVM() error {
 		return fmt.Errorf("KVM_RUN: %w", err)
 	}
 	if reason := *(*uint32)(unsafe.Pointer(&run[kvmExitReasonOffset])); reason != kvmExitHLT {
-		return errors.New(fmt.Sprintf("the test guest exited for reason %d, not a halt", reason))
+		return fmt.Errorf("the test guest exited for reason %d, not a halt", reason)
 	}
 	return nil
+}
+
+// kvmBootTimeout bounds the probe boot: KVM boots the guest to its agent
+// in about a second.
+const kvmBootTimeout = 20 * time.Second
+
+// kvmBoots tells whether a real guest boots with KVM: some hosts' /dev/kvm
+// runs the halting test guest of kvmUsable but hangs the guest kernel
+// (nested virtualisation on this project's machines). A probe machine
+// without a disk boots until its agent says hello. The verdict is kept in
+// the cache folder per host kernel, QEMU binary and guest kernel, so that
+// only the first start on a host pays for it.
+func (b *Backend) kvmBoots(ctx context.Context, h *hostInfo) error {
+	var u unix.Utsname
+	_ = unix.Uname(&u)
+	qst, _ := os.Stat(h.qemu)
+	key := fmt.Sprintf("%s|%s|%v|%d|%s", unix.ByteSliceToString(u.Release[:]), h.qemu, qst.ModTime().UnixNano(), qst.Size(), h.kernel.Release)
+	sum := sha256.Sum256([]byte(key))
+	verdict := filepath.Join(b.opts.CacheDir, "kvm-"+hex.EncodeToString(sum[:8]))
+	if v, err := os.ReadFile(verdict); err == nil {
+		if s := strings.TrimSpace(string(v)); s != "ok" {
+			return errors.New(strings.TrimPrefix(s, "no: "))
+		}
+		return nil
+	}
+	err := b.probeBoot(ctx, h)
+	v := "ok\n"
+	if err != nil {
+		v = "no: " + err.Error() + "\n"
+	}
+	if os.MkdirAll(b.opts.CacheDir, 0o755) == nil {
+		_ = os.WriteFile(verdict, []byte(v), 0o644)
+	}
+	return err
+}
+
+func (b *Backend) probeBoot(ctx context.Context, h *hostInfo) error {
+	initramfs, err := b.cache.initramfs(h.kernel)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, kvmBootTimeout)
+	defer cancel()
+	spec := machineSpec{qemu: h.qemu, accel: AccelKVM, transport: TransportSerial, memMiB: 256, cpus: 1,
+		name: namePrefix + hostdir.Owner() + "-kvmprobe", assets: assets{kernel: h.kernel, initramfs: initramfs}}
+	m, err := startMachine(ctx, spec, nil)
+	if err != nil {
+		return err
+	}
+	defer m.kill()
+	hello := make(chan struct{}, 1)
+	c := wire.NewConn(m.conn, wire.Host, func(b []byte) error {
+		if msg, err := wire.Decode(b); err == nil && msg.Op == wire.OpHello {
+			select {
+			case hello <- struct{}{}:
+			default:
+			}
+		}
+		return nil
+	})
+	defer c.Close()
+	select {
+	case <-hello:
+		return nil
+	case <-m.dead:
+		return fmt.Errorf("QEMU with KVM exited before its guest booted: %s", lastLine(m.console.String()))
+	case <-ctx.Done():
+		return fmt.Errorf("a guest did not boot with KVM within %v (nested virtualisation that hangs?)", kvmBootTimeout)
+	}
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }

@@ -45,6 +45,9 @@ func New(opts Options) *Backend {
 	if opts.BootTimeout <= 0 {
 		opts.BootTimeout = 2 * time.Minute
 	}
+	if opts.WedgeGrace <= 0 {
+		opts.WedgeGrace = time.Minute
+	}
 	if opts.Accel == AccelAuto {
 		opts.Accel = os.Getenv("AIRLOCK_MICROVM_ACCEL")
 	}
@@ -107,10 +110,14 @@ func (b *Backend) hostInfo(ctx context.Context) *hostInfo {
 		case AccelKVM, AccelTCG:
 			h.accel, h.accelWhy = b.opts.Accel, "as configured"
 		default:
-			if err := kvmUsable(ctx); err != nil {
+			err := kvmUsable(ctx)
+			if err == nil && h.qemuErr == nil && h.kernelErr == nil {
+				err = b.kvmBoots(ctx, h)
+			}
+			if err != nil {
 				h.accel, h.accelWhy = AccelTCG, "KVM unusable: "+err.Error()
 			} else {
-				h.accel, h.accelWhy = AccelKVM, "/dev/kvm runs guests"
+				h.accel, h.accelWhy = AccelKVM, "a probe guest booted with /dev/kvm"
 			}
 		}
 		if h.accel == AccelTCG {

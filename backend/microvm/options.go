@@ -37,6 +37,10 @@ type Options struct {
 	// BootTimeout bounds how long a machine may take from QEMU's start to
 	// its agent's first message; default 2 minutes (TCG is slow).
 	BootTimeout time.Duration
+	// WedgeGrace is how long past a process's timeout the host waits for
+	// the guest to report that the process ended before it takes the
+	// guest for wedged and kills the machine; default one minute.
+	WedgeGrace time.Duration
 	// Logger receives lifecycle events; nil discards them.
 	Logger *slog.Logger
 }

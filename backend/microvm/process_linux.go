@@ -35,11 +35,6 @@ type process struct {
 
 var _ sandbox.Process = (*process)(nil)
 
-// watchdogGrace is how long past a process's timeout the host waits for
-// the guest to report it ended; a guest that does not is wedged, and the
-// machine is killed.
-const watchdogGrace = 60 * time.Second
-
 // Start starts one process in the guest and returns once it runs.
 func (i *instance) Start(ctx context.Context, ps sandbox.ProcessSpec) (sandbox.Process, error) {
 	spec, err := command.Check(i.policy, ps, i.imageEnv)
@@ -160,7 +155,7 @@ func (p *process) run(ps sandbox.ProcessSpec) {
 	}
 	var watchdog <-chan time.Time
 	if p.spec.Timeout > 0 {
-		t := time.NewTimer(p.spec.Timeout + watchdogGrace)
+		t := time.NewTimer(p.spec.Timeout + i.b.opts.WedgeGrace)
 		defer t.Stop()
 		watchdog = t.C
 	}
@@ -170,7 +165,7 @@ func (p *process) run(ps sandbox.ProcessSpec) {
 	case <-watchdog:
 		go func() {
 			_ = i.kill(fmt.Errorf("sandbox %s: the guest did not end process %s within %v of its timeout: %w",
-				i.id, p.ID(), watchdogGrace, sandbox.ErrDied))
+				i.id, p.ID(), i.b.opts.WedgeGrace, sandbox.ErrDied))
 		}()
 		ex = <-p.exit
 	}

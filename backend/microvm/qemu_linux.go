@@ -75,9 +75,11 @@ func qemuArgs(spec machineSpec, cid uint32) []string {
 		"-kernel", spec.assets.kernel.Image(), "-initrd", spec.assets.initramfs,
 		"-append", strings.Join(cmdline, " "),
 		"-chardev", "socket,id=con,fd=4", "-serial", "chardev:con",
-		"-drive", "id=root,file="+spec.assets.rootfs+",format=raw,if=none,readonly=on,snapshot=off",
-		"-device", "virtio-blk-device,drive=root",
 	)
+	if spec.assets.rootfs != "" {
+		args = append(args, "-drive", "id=root,file="+spec.assets.rootfs+",format=raw,if=none,readonly=on,snapshot=off",
+			"-device", "virtio-blk-device,drive=root")
+	}
 	if spec.transport == TransportVsock {
 		return append(args, "-device", fmt.Sprintf("vhost-vsock-device,guest-cid=%d", cid))
 	}

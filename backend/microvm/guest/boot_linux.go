@@ -25,7 +25,7 @@ func agentMain() int {
 	if err == nil {
 		var conn io.ReadWriteCloser
 		if conn, err = connect(); err == nil {
-			err = serve(conn)
+			err = serve(conn, setup)
 		}
 	}
 	if err != nil {
@@ -38,18 +38,31 @@ func agentMain() int {
 
 // boot mounts what the agent needs, leaves the initramfs's rootfs (which
 // pivot_root refuses, and the native sandbox inside pivots) for a bind of
-// it, and loads the kernel modules.
+// it, and loads the kernel modules: enough to reach the host.
 func boot() error {
-	steps := []struct {
-		what string
-		do   func() error
-	}{
+	return run([]step{
 		{"leave rootfs", leaveRootfs},
 		{"mount", mountBasics},
 		{"modules", loadModules},
+	})
+}
+
+// setup readies the rest once the host heard from the agent: the image's
+// disk and the cgroups. A machine that only probes the accelerator has no
+// disk and ends before.
+func setup() error {
+	return run([]step{
 		{"image", mountImage},
 		{"cgroups", mountCgroups},
-	}
+	})
+}
+
+type step struct {
+	what string
+	do   func() error
+}
+
+func run(steps []step) error {
 	for _, s := range steps {
 		if err := s.do(); err != nil {
 			return fmt.Errorf("%s: %w", s.what, err)

@@ -25,21 +25,26 @@ import (
 type server struct {
 	conn *wire.Conn
 
-	mu       sync.Mutex
-	inst     sandbox.Instance // nil until OpCreate succeeded
-	creating bool
-	procs    map[uint64]sandbox.Process
+	mu        sync.Mutex
+	inst      sandbox.Instance // nil until OpCreate succeeded
+	creating  bool
+	setupDone chan struct{}
+	setupErr  error
+	procs     map[uint64]sandbox.Process
 }
 
-// serve runs the protocol on rw until the host goes away.
-func serve(rw io.ReadWriteCloser) error {
-	s := &server{procs: map[uint64]sandbox.Process{}}
+// serve runs the protocol on rw until the host goes away; it says hello
+// first, then runs setup, whose failure fails every create.
+func serve(rw io.ReadWriteCloser, setup func() error) error {
+	s := &server{procs: map[uint64]sandbox.Process{}, setupDone: make(chan struct{})}
 	s.conn = wire.NewConn(rw, wire.Guest, s.control)
 	var u unix.Utsname
 	_ = unix.Uname(&u)
 	if err := s.conn.SendMsg(wire.Msg{Op: wire.OpHello, Hello: &wire.Hello{Kernel: unix.ByteSliceToString(u.Release[:])}}); err != nil {
 		return err
 	}
+	s.setupErr = setup()
+	close(s.setupDone)
 	<-s.conn.Done()
 	s.mu.Lock()
 	inst := s.inst
@@ -138,6 +143,10 @@ func (s *server) instance() (sandbox.Instance, error) {
 func (s *server) create(c *wire.Create) (*wire.Ready, error) {
 	if c == nil {
 		return nil, fmt.Errorf("create without a spec: %w", sandbox.ErrInvalid)
+	}
+	<-s.setupDone
+	if s.setupErr != nil {
+		return nil, fmt.Errorf("guest setup: %w", s.setupErr)
 	}
 	s.mu.Lock()
 	if s.inst != nil || s.creating {
