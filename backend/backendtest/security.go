@@ -196,7 +196,7 @@ func (s *suite) testFlood(t *testing.T) {
 
 func (s *suite) testLeftovers(t *testing.T) {
 	mark := randomMark(t)
-	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = sandbox.Duration(2 * time.Second) }))
+	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = s.scaled(2 * time.Second) }))
 	// a daemon that double-forks, starts a new session and ignores SIGTERM
 	daemon := fmt.Sprintf(`python3 -c '
 import os, signal, time, sys

@@ -46,6 +46,11 @@ type Config struct {
 	// after another; default 20. A backend whose every sandbox boots a
 	// machine may run fewer, saying why in its test.
 	ManyRuns int
+	// TimeScale multiplies the short timeouts that the abuse and leftover
+	// tests give their commands (seconds, for a fork or a python3 start);
+	// default 1. A backend that translates every instruction (QEMU's TCG)
+	// needs more to start a program at all.
+	TimeScale float64
 }
 
 //go:embed probes
@@ -106,6 +111,14 @@ func (s *suite) create(t *testing.T, p sandbox.Policy) sandbox.Instance {
 	t.Helper()
 	s.checkLeftoversAtEnd(t)
 	return CreateWithin(t, s.createTimeout(), s.Backend, s.Image, p)
+}
+
+// scaled is d times the config's TimeScale.
+func (s *suite) scaled(d time.Duration) sandbox.Duration {
+	if s.TimeScale > 1 {
+		d = time.Duration(float64(d) * s.TimeScale)
+	}
+	return sandbox.Duration(d)
 }
 
 func (s *suite) createTimeout() time.Duration {

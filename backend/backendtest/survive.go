@@ -61,7 +61,7 @@ func (s *suite) testSurvives(t *testing.T) {
 				p.Limits.DiskBytes = 16 << 20
 				p.Limits.DiskInodes = 512
 				p.Limits.OpenFiles = 256
-				p.Limits.Timeout = sandbox.Duration(4 * time.Second)
+				p.Limits.Timeout = s.scaled(4 * time.Second)
 			}))
 			res := sh(t, inst, a.script)
 			switch a.name {

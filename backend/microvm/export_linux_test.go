@@ -24,7 +24,12 @@ func Leftovers(pid int) []string {
 		f := strings.Fields(line)
 		for i, x := range f {
 			if x == "-" && i+1 < len(f) && (f[i+1] == "cgroup" || f[i+1] == "cgroup2") {
-				kids, _ := filepath.Glob(filepath.Join(f[4], "airlock-microvm", fmt.Sprintf("%d-*", pid)))
+				// the folder lies at the hierarchy's root or under airlock's own cgroup
+				var kids []string
+				for _, depth := range []string{"", "*", "*/*", "*/*/*"} {
+					k, _ := filepath.Glob(filepath.Join(f[4], depth, "airlock-microvm", fmt.Sprintf("%d-*", pid)))
+					kids = append(kids, k...)
+				}
 				for _, k := range kids {
 					if st, err := os.Stat(k); err == nil && st.IsDir() {
 						out = append(out, "cgroup "+k)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/backend/internal/command"
 	"github.com/airlock-sandbox/airlock/backend/microvm/internal/wire"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -52,7 +53,7 @@ func (f *files) Put(ctx context.Context, path string, r io.Reader, max int64) (s
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
-		if _, err := io.Copy(st, contextReader{ctx, r}); err == nil {
+		if _, err := io.Copy(st, command.ContextReader(ctx, r)); err == nil {
 			_ = st.CloseWrite()
 		}
 	}()
@@ -131,19 +132,6 @@ func (f *files) Remove(ctx context.Context, path string) error {
 func (f *files) Rename(ctx context.Context, from, to string) error {
 	_, _, err := f.op(ctx, wire.FileOp{Op: wire.FileRename, Path: from, To: to}, false)
 	return err
-}
-
-// contextReader stops a copy when its context ends.
-type contextReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c contextReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // streamConn is an egress stream as a net.Conn for the proxy.

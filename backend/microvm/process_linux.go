@@ -188,7 +188,8 @@ func (p *process) run(ps sandbox.ProcessSpec) {
 		err = i.goneOr(sandbox.ErrDestroyed)
 	}
 	res.ID, res.Backend = i.id, "microvm"
-	res.Stdout, res.Stderr = stdout.String(), stderr.String()
+	res.Stdout = stdout.String() + extra(res.Stdout)
+	res.Stderr = stderr.String() + extra(res.Stderr)
 	res.StdoutTruncated = res.StdoutTruncated || stdout.Truncated()
 	res.StderrTruncated = res.StderrTruncated || stderr.Truncated()
 	res.Weakened = i.weakened
@@ -197,3 +198,7 @@ func (p *process) run(ps sandbox.ProcessSpec) {
 	p.res, p.err = res, err
 	close(p.done)
 }
+
+// extra is what the guest's Result adds to a stream's output, within its
+// bound.
+func extra(s string) string { return s[:min(len(s), wire.MaxExtraOutput)] }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/backend/internal/dirfs"
 	"github.com/airlock-sandbox/airlock/backend/microvm/internal/wire"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -24,9 +25,6 @@ import (
 // the filter refuses by its header (a file over its cap). Every path is
 // resolved beneath the folder's descriptor without following links or
 // crossing mounts, as the filter does on a host folder.
-
-// resolveBeneath is how every name of the output folder is resolved.
-const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
 // Bounds of one walk.
 const (
@@ -110,7 +108,7 @@ func walk(dir int, rel string, depth int, emit func(wire.WalkEntry) error) error
 		if !e.Mode.IsDir() {
 			continue
 		}
-		fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: resolveBeneath})
+		fd, err := unix.Openat2(dir, name, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC, Resolve: dirfs.Resolve})
 		if err != nil {
 			continue // swapped for something else meanwhile
 		}
@@ -128,7 +126,7 @@ func openOutput(dir int, rel string) (*os.File, sandbox.FileInfo, error) {
 	if rel == "" || strings.HasPrefix(rel, "/") || path.Clean(rel) != rel || strings.HasPrefix(rel, "../") || rel == ".." {
 		return nil, sandbox.FileInfo{}, fmt.Errorf("output path %q: %w", rel, sandbox.ErrInvalid)
 	}
-	fd, err := unix.Openat2(dir, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolveBeneath})
+	fd, err := unix.Openat2(dir, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: dirfs.Resolve})
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil, sandbox.FileInfo{}, fmt.Errorf("output %s: %w", rel, sandbox.ErrNotFound)
@@ -149,21 +147,6 @@ func openOutput(dir int, rel string) (*os.File, sandbox.FileInfo, error) {
 }
 
 func entry(rel string, st *unix.Stat_t) wire.WalkEntry {
-	mode := fs.FileMode(st.Mode & 0o777)
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		mode |= fs.ModeDir
-	case unix.S_IFLNK:
-		mode |= fs.ModeSymlink
-	case unix.S_IFIFO:
-		mode |= fs.ModeNamedPipe
-	case unix.S_IFSOCK:
-		mode |= fs.ModeSocket
-	case unix.S_IFCHR:
-		mode |= fs.ModeDevice | fs.ModeCharDevice
-	case unix.S_IFBLK:
-		mode |= fs.ModeDevice
-	}
-	return wire.WalkEntry{Path: rel, Mode: mode, Size: st.Size, Links: uint64(st.Nlink),
-		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC()}
+	return wire.WalkEntry{Path: rel, Mode: dirfs.ModeOf(st.Mode) &^ (fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky), Size: st.Size,
+		Links: uint64(st.Nlink), ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC()}
 }

@@ -230,8 +230,9 @@ func (s *server) start(m wire.Msg, stdin, stdout, stderr *wire.Stream) {
 		return
 	}
 	sp := m.Start
+	out, errs := &counter{w: stdout}, &counter{w: stderr}
 	ps := sandbox.ProcessSpec{Cmd: sp.Cmd, Env: sp.Env, Dir: sp.Dir, Timeout: sp.Timeout, KeepAlive: sp.KeepAlive,
-		OutputLimit: sp.OutputLimit, Stdout: stdout, Stderr: stderr}
+		OutputLimit: sp.OutputLimit, Stdout: out, Stderr: errs}
 	if stdin != nil {
 		ps.Stdin = stdin
 	}
@@ -260,12 +261,36 @@ func (s *server) start(m wire.Msg, stdin, stdout, stderr *wire.Stream) {
 	_ = stdout.CloseWrite()
 	_ = stderr.CloseWrite()
 	closeAll()
-	res.Stdout, res.Stderr = "", ""
+	// the output came on its streams; what the Result holds beyond it
+	// (the sandbox's own words, such as "command not found") goes along
+	res.Stdout, res.Stderr = unstreamed(res.Stdout, out.n), unstreamed(res.Stderr, errs.n)
 	ex := &wire.Exit{Proc: sp.Proc, Result: res}
 	if err != nil {
 		ex.Error, ex.Kind = err.Error(), wire.KindOf(err)
 	}
 	s.send(wire.Msg{Op: wire.OpExit, Exit: ex})
+}
+
+// counter counts what passes to w.
+type counter struct {
+	w io.Writer
+	n int
+}
+
+func (c *counter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += n
+	return n, err
+}
+
+// unstreamed is what kept holds past the first n bytes, which were
+// streamed, at most wire.MaxExtraOutput bytes.
+func unstreamed(kept string, n int) string {
+	if n >= len(kept) {
+		return ""
+	}
+	rest := kept[n:]
+	return rest[:min(len(rest), wire.MaxExtraOutput)]
 }
 
 func (s *server) signal(sig *wire.Signal) error {

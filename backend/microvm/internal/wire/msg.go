@@ -111,14 +111,18 @@ type Signal struct {
 	Signal int    `json:"signal"`
 }
 
-// Exit reports the end of a process: its Result without stdout and
-// stderr, which came on their streams.
+// Exit reports the end of a process: its Result, whose Stdout and Stderr
+// hold only what the guest's sandbox added beyond what came on the
+// streams (its own messages), at most MaxExtraOutput bytes each.
 type Exit struct {
 	Proc   uint64         `json:"proc"`
 	Result sandbox.Result `json:"result"`
 	Error  string         `json:"error,omitempty"`
 	Kind   string         `json:"kind,omitempty"`
 }
+
+// MaxExtraOutput bounds what an Exit's Result adds to a stream's output.
+const MaxExtraOutput = 4 << 10
 
 // FileOp is one file operation.
 type FileOp struct {
