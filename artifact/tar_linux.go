@@ -76,6 +76,11 @@ func (w *walker) tarEntry(ctx context.Context, tr *tar.Reader, h *tar.Header, se
 	}
 	switch h.Typeflag {
 	case tar.TypeDir:
+		// as the folder walk does: a folder at the cap is refused, since
+		// what it holds would pass it
+		if depth := strings.Count(rel, "/") + 1; depth >= w.c.p.MaxDepth {
+			w.refuse(rel, 0, fmt.Sprintf("folder at depth %d: files in it would pass the depth cap of %d", depth, w.c.p.MaxDepth))
+		}
 		return nil
 	case tar.TypeReg:
 	default:

@@ -140,10 +140,11 @@ func (a *archive) next() error {
 		}
 		return fmt.Errorf("output walk: %w", err)
 	}
-	h := &tar.Header{Name: e.Path, Mode: int64(e.Mode.Perm()), ModTime: e.ModTime, Format: tar.FormatPAX}
+	name := string(e.Path)
+	h := &tar.Header{Name: name, Mode: int64(e.Mode.Perm()), ModTime: e.ModTime, Format: tar.FormatPAX}
 	switch {
 	case e.Mode.IsDir():
-		h.Typeflag, h.Name = tar.TypeDir, e.Path+"/"
+		h.Typeflag, h.Name = tar.TypeDir, name+"/"
 	case e.Mode&fs.ModeSymlink != 0:
 		h.Typeflag, h.Linkname = tar.TypeSymlink, e.Target
 	case e.Mode&fs.ModeNamedPipe != 0:
@@ -155,9 +156,9 @@ func (a *archive) next() error {
 	case e.Mode&fs.ModeSocket != 0:
 		return nil // tar has no socket: left out
 	case e.Links > 1:
-		h.Typeflag, h.Linkname = tar.TypeLink, e.Path
+		h.Typeflag, h.Linkname = tar.TypeLink, name
 	default:
-		r, st, err := a.f.op(a.ctx, wire.FileOp{Op: wire.FileOpenOutput, Path: e.Path}, true)
+		r, st, err := a.f.op(a.ctx, wire.FileOp{Op: wire.FileOpenOutput, RawPath: e.Path}, true)
 		if err != nil {
 			if errors.Is(err, sandbox.ErrInvalid) || errors.Is(err, sandbox.ErrNotFound) {
 				return nil // changed or gone since the walk saw it: left out
@@ -167,7 +168,7 @@ func (a *archive) next() error {
 		inf := info(r)
 		if inf.Size < 0 {
 			st.Close()
-			return fmt.Errorf("output %s: size %d: %w", e.Path, inf.Size, wire.ErrProtocol)
+			return fmt.Errorf("output %q: size %d: %w", name, inf.Size, wire.ErrProtocol)
 		}
 		h.Typeflag, h.Size, h.ModTime = tar.TypeReg, inf.Size, inf.ModTime
 		a.body, a.left, a.pad = st, inf.Size, int((512-inf.Size%512)%512)
@@ -178,7 +179,7 @@ func (a *archive) next() error {
 	var buf bytes.Buffer
 	if err := tar.NewWriter(&buf).WriteHeader(h); err != nil {
 		a.cutBody()
-		return fmt.Errorf("output %q: %w", e.Path, err)
+		return fmt.Errorf("output %q: %w", name, err)
 	}
 	a.pending = buf.Bytes()
 	return nil

@@ -62,7 +62,7 @@ func (s *server) output(m wire.Msg, inst sandbox.Instance, st *wire.Stream) {
 		}
 		return
 	}
-	f, info, err := openOutput(int(dir.Fd()), m.File.Path)
+	f, info, err := openOutput(int(dir.Fd()), string(m.File.RawPath))
 	s.replyInfo(m, info, err)
 	if err != nil {
 		return
@@ -79,11 +79,14 @@ func walk(dir int, rel string, depth int, emit func(wire.WalkEntry) error) error
 	if depth > maxWalkDepth {
 		return nil // deeper than any cap of the filter: left out
 	}
-	dup, err := unix.Dup(dir)
+	// a fresh open of the folder: a duplicate would share its reading
+	// position with the descriptor it came from, which a walk before
+	// this one left at the end
+	fresh, err := unix.Openat(dir, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	d := os.NewFile(uintptr(dup), rel)
+	d := os.NewFile(uintptr(fresh), rel)
 	names, err := d.Readdirnames(-1)
 	d.Close()
 	if err != nil {
@@ -95,7 +98,8 @@ func walk(dir int, rel string, depth int, emit func(wire.WalkEntry) error) error
 		if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			continue // removed meanwhile
 		}
-		e := entry(path.Join(rel, name), &st)
+		p := path.Join(rel, name)
+		e := entry(p, &st)
 		if e.Mode&fs.ModeSymlink != 0 {
 			buf := make([]byte, 4096)
 			if n, err := unix.Readlinkat(dir, name, buf); err == nil {
@@ -112,7 +116,7 @@ func walk(dir int, rel string, depth int, emit func(wire.WalkEntry) error) error
 		if err != nil {
 			continue // swapped for something else meanwhile
 		}
-		err = walk(fd, e.Path, depth+1, emit)
+		err = walk(fd, p, depth+1, emit)
 		unix.Close(fd)
 		if err != nil {
 			return err
@@ -147,6 +151,6 @@ func openOutput(dir int, rel string) (*os.File, sandbox.FileInfo, error) {
 }
 
 func entry(rel string, st *unix.Stat_t) wire.WalkEntry {
-	return wire.WalkEntry{Path: rel, Mode: dirfs.ModeOf(st.Mode) &^ (fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky), Size: st.Size,
+	return wire.WalkEntry{Path: []byte(rel), Mode: dirfs.ModeOf(st.Mode) &^ (fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky), Size: st.Size,
 		Links: uint64(st.Nlink), ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC()}
 }

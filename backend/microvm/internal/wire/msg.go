@@ -126,17 +126,21 @@ const MaxExtraOutput = 4 << 10
 
 // FileOp is one file operation.
 type FileOp struct {
-	Op     string `json:"op"`
-	Path   string `json:"path"`
-	To     string `json:"to,omitempty"`
-	Max    int64  `json:"max,omitempty"`
-	Stream uint32 `json:"stream,omitempty"`
+	Op   string `json:"op"`
+	Path string `json:"path"`
+	// RawPath is FileOpenOutput's path, as bytes: a name need not be
+	// UTF-8, which a JSON string cannot carry unchanged.
+	RawPath []byte `json:"raw_path,omitempty"`
+	To      string `json:"to,omitempty"`
+	Max     int64  `json:"max,omitempty"`
+	Stream  uint32 `json:"stream,omitempty"`
 }
 
 // WalkEntry is one entry of a FileWalk.
 type WalkEntry struct {
-	// Path is relative to /workspace/output, with slashes.
-	Path    string      `json:"path"`
+	// Path is relative to /workspace/output, with slashes; bytes, since
+	// a name need not be UTF-8.
+	Path    []byte      `json:"path"`
 	Mode    fs.FileMode `json:"mode"`
 	Size    int64       `json:"size"`
 	Links   uint64      `json:"links"`
