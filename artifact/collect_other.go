@@ -5,6 +5,7 @@ package artifact
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -20,4 +21,10 @@ func CollectTo(ctx context.Context, src *os.File, dst Destination, p sandbox.Art
 // sandbox.ErrUnsupported.
 func CheckFile(ctx context.Context, root *os.File, rel string, out Output, p sandbox.ArtifactPolicy) (sandbox.Artifact, error) {
 	return sandbox.Artifact{}, fmt.Errorf("artifact checks beneath a folder need openat2 (Linux): %w", sandbox.ErrUnsupported)
+}
+
+// CollectTar writes beneath dst.Dir with openat2, which only Linux has;
+// elsewhere it fails with sandbox.ErrUnsupported.
+func CollectTar(ctx context.Context, src io.Reader, dst Destination, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
+	return nil, fmt.Errorf("artifact collection needs openat2 (Linux): %w", sandbox.ErrUnsupported)
 }

@@ -22,6 +22,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 )
 
 // Cmd is one command to time.
@@ -147,26 +149,34 @@ func (r *Runner) Interleave(cmds []Cmd, n int, ref string) ([]Stats, error) {
 
 // Names of the standard commands.
 const (
-	Airlock = "airlock"
-	Bwrap   = "bwrap"
-	Unshare = "unshare"
-	Bare    = "bare"
+	Airlock       = "airlock"
+	AirlockStatic = "airlock-static"
+	Bwrap         = "bwrap"
+	Unshare       = "unshare"
+	Bare          = "bare"
 )
 
 // True is the command every variant runs.
 const True = "/bin/true"
 
-// Standard returns the four commands the README compares, in order: airlock
-// (the binary at airlockBin), bubblewrap, unshare, bare. bwrap and unshare
-// are found in PATH; an error says which is missing (the commands found are
-// returned all the same). With tmpDir set, airlock runs with TMPDIR there,
-// so that Leftovers can check it left no temporary file.
-func Standard(airlockBin, tmpDir string) ([]Cmd, error) {
-	a := Cmd{Name: Airlock, Argv: []string{airlockBin, "run", "--", True}}
-	if tmpDir != "" {
-		a.Env = append(os.Environ(), "TMPDIR="+tmpDir)
+// Standard returns the commands the README compares, in order: airlock
+// (the binaries in bins: the default build, then the static one if there
+// is one), bubblewrap, unshare, bare. bwrap and unshare are found in PATH;
+// an error says which is missing (the commands found are returned all the
+// same). With tmpDir set, airlock runs with TMPDIR there, so that
+// Leftovers can check it left no temporary file.
+func Standard(tmpDir string, bins ...string) ([]Cmd, error) {
+	var cmds []Cmd
+	for k, bin := range bins {
+		a := Cmd{Name: Airlock, Argv: []string{bin, "run", "--", True}}
+		if k > 0 {
+			a.Name = AirlockStatic
+		}
+		if tmpDir != "" {
+			a.Env = append(os.Environ(), "TMPDIR="+tmpDir)
+		}
+		cmds = append(cmds, a)
 	}
-	cmds := []Cmd{a}
 	var errs []error
 	if p, err := exec.LookPath("bwrap"); err != nil {
 		errs = append(errs, fmt.Errorf("bubblewrap (apt-get install bubblewrap): %w", err))
@@ -227,12 +237,13 @@ func ModuleRoot(dir string) (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// Build compiles the airlock command of the module at root into dir and
-// returns the binary's path. It is built the way a user builds it: go build,
-// default flags.
-func Build(root, dir string) (string, error) {
-	bin := filepath.Join(dir, "airlock")
-	if _, err := goCmd("build", "-o", bin, "./cmd/airlock").dirOutput(root); err != nil {
+// Build compiles the airlock command of the module at root into dir/name
+// and returns the binary's path: go build with default flags, the way a
+// user builds it, with env added to the go command's environment
+// (CGO_ENABLED=0 for the static build releases use).
+func Build(root, dir, name string, env ...string) (string, error) {
+	bin := filepath.Join(dir, name)
+	if _, err := goCmd("build", "-o", bin, "./cmd/airlock").dirOutput(root, env...); err != nil {
 		return "", err
 	}
 	return bin, nil
@@ -250,9 +261,12 @@ func goCmd(args ...string) goInvocation {
 	return append(goInvocation{g}, args...)
 }
 
-func (g goInvocation) dirOutput(dir string) (string, error) {
+func (g goInvocation) dirOutput(dir string, env ...string) (string, error) {
 	cmd := exec.Command(g[0], g[1:]...)
 	cmd.Dir = dir
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
@@ -264,29 +278,14 @@ func (g goInvocation) dirOutput(dir string) (string, error) {
 	return string(out), nil
 }
 
-// cgroupGlobs find sandbox cgroups: airlock names them
-// <hierarchy>/airlock/PID-START-ID after the owning airlock process, on v1
-// hierarchies, a hybrid host's unified one, and a pure v2 host.
-var cgroupGlobs = []string{"/sys/fs/cgroup/*/airlock/*", "/sys/fs/cgroup/airlock/*"}
-
 // Leftovers lists what the processes the runner started left behind:
-// sandbox cgroups named after one of them, live processes running the
-// binary exe (a sandbox's init is that binary, re-executed), and anything
-// in tmpDir (the TMPDIR given to airlock).
-func (r *Runner) Leftovers(exe, tmpDir string) []string {
-	ours := map[string]bool{}
-	for _, p := range r.Pids {
-		ours[strconv.Itoa(p)] = true
-	}
+// sandbox cgroups named after one of them, live processes running one of
+// the binaries exes (a sandbox's init is that binary, re-executed), and
+// anything in tmpDir (the TMPDIR given to airlock).
+func (r *Runner) Leftovers(tmpDir string, exes ...string) []string {
 	var left []string
-	for _, g := range cgroupGlobs {
-		ms, _ := filepath.Glob(g)
-		for _, m := range ms {
-			owner, _, _ := strings.Cut(filepath.Base(m), "-")
-			if st, err := os.Stat(m); err == nil && st.IsDir() && ours[owner] {
-				left = append(left, "cgroup "+m)
-			}
-		}
+	for _, d := range leakcheck.Cgroups(r.Pids...) {
+		left = append(left, "cgroup "+d)
 	}
 	if tmpDir != "" {
 		ents, _ := os.ReadDir(tmpDir)
@@ -294,8 +293,9 @@ func (r *Runner) Leftovers(exe, tmpDir string) []string {
 			left = append(left, "temporary file "+filepath.Join(tmpDir, e.Name()))
 		}
 	}
-	if exe == "" {
-		return left
+	ours := map[string]bool{}
+	for _, e := range exes {
+		ours[e] = true
 	}
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
@@ -303,8 +303,8 @@ func (r *Runner) Leftovers(exe, tmpDir string) []string {
 			continue
 		}
 		t, err := os.Readlink(filepath.Join("/proc", p.Name(), "exe"))
-		if err == nil && strings.TrimSuffix(t, " (deleted)") == exe {
-			left = append(left, "process "+p.Name()+" running "+exe)
+		if t = strings.TrimSuffix(t, " (deleted)"); err == nil && ours[t] {
+			left = append(left, "process "+p.Name()+" running "+t)
 		}
 	}
 	return left
@@ -325,14 +325,16 @@ func Table(stats []Stats, ref string) string {
 	return b.String()
 }
 
-// Setup is a freshly built airlock binary in a temporary folder of its own,
-// with an empty folder for airlock's TMPDIR beside it.
+// Setup is a freshly built airlock binary, and its static build, in a
+// temporary folder of their own, with an empty folder for airlock's TMPDIR
+// beside them.
 type Setup struct {
-	Dir, Bin, Tmp string
+	Dir, Bin, Static, Tmp string
 }
 
 // Prepare builds the airlock command of the module at root into a new
-// temporary folder. Close removes it.
+// temporary folder, twice: as go build makes it by default, and with
+// CGO_ENABLED=0. Close removes it.
 func Prepare(root string) (*Setup, error) {
 	dir, err := os.MkdirTemp("", "airlock-bench-")
 	if err != nil {
@@ -343,12 +345,15 @@ func Prepare(root string) (*Setup, error) {
 		s.Close()
 		return nil, err
 	}
-	if s.Bin, err = Build(root, dir); err != nil {
+	if s.Bin, err = Build(root, dir, "airlock"); err == nil {
+		s.Static, err = Build(root, dir, "airlock-static", "CGO_ENABLED=0")
+	}
+	if err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-// Close removes the binary and its folder.
+// Close removes the binaries and their folder.
 func (s *Setup) Close() error { return os.RemoveAll(s.Dir) }

@@ -54,7 +54,7 @@ func prepared(b *testing.B) *bench.Setup {
 //	go test -run '^$' -bench ColdStart -benchtime 200x ./bench
 func BenchmarkColdStart(b *testing.B) {
 	s := prepared(b)
-	cmds, err := bench.Standard(s.Bin, s.Tmp)
+	cmds, err := bench.Standard(s.Tmp, s.Bin, s.Static)
 	testenv.Require(b, "bubblewrap and unshare", err)
 	r := &bench.Runner{}
 	b.Cleanup(func() {
@@ -62,7 +62,7 @@ func BenchmarkColdStart(b *testing.B) {
 		// a moment to finish it
 		var left []string
 		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			if left = r.Leftovers(s.Bin, s.Tmp); len(left) == 0 || time.Now().After(deadline) {
+			if left = r.Leftovers(s.Tmp, s.Bin, s.Static); len(left) == 0 || time.Now().After(deadline) {
 				break
 			}
 		}
@@ -84,6 +84,7 @@ func BenchmarkColdStart(b *testing.B) {
 		b.ReportMetric(bench.Ms(st.P90), st.Name+"-p90-ms")
 	}
 	b.ReportMetric(stats[0].RatioToMedian, "airlock/bwrap")
+	b.ReportMetric(stats[1].RatioToMedian, "airlock-static/bwrap")
 	if b.N > 1 {
 		b.Logf("n=%d each, interleaved\n%s", b.N, bench.Table(stats, bench.Bwrap))
 	}

@@ -28,7 +28,8 @@ type Backend interface {
 	Create(ctx context.Context, spec Spec) (Instance, error)
 	// CleanupStale removes what the sandboxes of airlock processes that
 	// died left on the host (processes, mounts, cgroups, containers,
-	// folders), and says what it removed. Create calls it once.
+	// folders), and says what it removed. The session Manager calls it on
+	// every backend when it starts.
 	CleanupStale(ctx context.Context) []string
 	// Close releases what the backend holds (connections, prestarted
 	// sandboxes); sandboxes it created are not touched.

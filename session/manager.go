@@ -160,16 +160,17 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, log: opts.Logger, now: opts.Now,
 		sessions: map[string]*Session{}, ended: map[string]tombstone{}, stop: make(chan struct{})}
-	names := make([]string, 0, len(opts.Backends))
-	for name := range opts.Backends {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		for _, r := range opts.Backends[name].CleanupStale(ctx) {
-			m.log.Info("removed what a dead airlock left", "backend", name, "what", r)
+	// What dead airlocks left is only theirs: removing it runs beside the
+	// first sessions.
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for _, name := range sortedKeys(opts.Backends) {
+			for _, r := range opts.Backends[name].CleanupStale(context.WithoutCancel(ctx)) {
+				m.log.Info("removed what a dead airlock left", "backend", name, "what", r)
+			}
 		}
-	}
+	}()
 	for _, ps := range opts.Pools {
 		p, err := m.newPool(ps)
 		if err != nil {
@@ -210,6 +211,7 @@ func (m *Manager) backend(name string) (string, sandbox.Backend, error) {
 // Create starts a session: from a warm pool when one matches, else a new
 // sandbox.
 func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error) {
+	start := time.Now()
 	name, be, err := m.backend(o.Backend)
 	if err != nil {
 		return nil, err
@@ -255,6 +257,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 	m.mu.Unlock()
 	go m.watch(s)
 	m.opts.Observer.Event(Event{Kind: EventCreated, Session: s.id, Owner: s.owner, Time: now, Backend: name, Image: img.Name,
+		Pooled: s.pooled, DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 		Detail: fmt.Sprintf("memory %s, cpus %g, pids %d, ttl %v", sandbox.FormatSize(pol.Limits.MemoryBytes), pol.Limits.CPUs, pol.Limits.Pids, ttl)})
 	m.log.Info("session created", "id", s.id, "owner", s.owner, "backend", name, "image", img.Name, "pooled", s.pooled)
 	return s, nil

@@ -39,13 +39,15 @@ type Event struct {
 	// What ran: a command line, or the first line of a code cell.
 	What string `json:"what,omitempty"`
 	// Of a process or a code call.
-	ExitCode     int     `json:"exit_code,omitempty"`
-	TimedOut     bool    `json:"timed_out,omitempty"`
-	OOMKilled    bool    `json:"oom_killed,omitempty"`
-	PidsLimitHit bool    `json:"pids_limit_hit,omitempty"`
-	DurationMS   float64 `json:"duration_ms,omitempty"`
-	StdoutBytes  int64   `json:"stdout_bytes,omitempty"`
-	StderrBytes  int64   `json:"stderr_bytes,omitempty"`
+	ExitCode     int  `json:"exit_code,omitempty"`
+	TimedOut     bool `json:"timed_out,omitempty"`
+	OOMKilled    bool `json:"oom_killed,omitempty"`
+	PidsLimitHit bool `json:"pids_limit_hit,omitempty"`
+	// DurationMS is how long the process or code call ran; of a
+	// session_created event, how long the create took.
+	DurationMS  float64 `json:"duration_ms,omitempty"`
+	StdoutBytes int64   `json:"stdout_bytes,omitempty"`
+	StderrBytes int64   `json:"stderr_bytes,omitempty"`
 	// Of an egress decision.
 	Egress *sandbox.EgressEvent `json:"egress,omitempty"`
 	// Of an artifact verdict.
@@ -54,6 +56,33 @@ type Event struct {
 	Error string `json:"error,omitempty"`
 	// Detail says anything else: limits of a new session, why one ended.
 	Detail string `json:"detail,omitempty"`
+	// Pooled tells, of a session_created event, that the session's sandbox
+	// came from a warm pool.
+	Pooled bool `json:"pooled,omitempty"`
+}
+
+// Observers returns an Observer that hands every event to each of obs, in
+// order; nil entries are skipped.
+func Observers(obs ...Observer) Observer {
+	var all multi
+	for _, o := range obs {
+		if o != nil {
+			all = append(all, o)
+		}
+	}
+	if len(all) == 0 {
+		return discard{}
+	}
+	return all
+}
+
+// multi is the Observer of Observers.
+type multi []Observer
+
+func (m multi) Event(e Event) {
+	for _, o := range m {
+		o.Event(e)
+	}
 }
 
 // discard is the Observer that keeps nothing.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -245,5 +246,85 @@ func TestRunOnce(t *testing.T) {
 	}
 	if m.Count() != 0 {
 		t.Errorf("%d sessions after a one-shot run", m.Count())
+	}
+}
+
+// events is an Observer that keeps every event.
+type events struct {
+	mu  sync.Mutex
+	all []session.Event
+}
+
+func (e *events) Event(ev session.Event) {
+	e.mu.Lock()
+	e.all = append(e.all, ev)
+	e.mu.Unlock()
+}
+
+func (e *events) of(kind string) []session.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []session.Event
+	for _, ev := range e.all {
+		if ev.Kind == kind {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// TestObserverEvents: a session's life reaches the Observer, with the
+// owner, how long the create took and whether a pool served it.
+func TestObserverEvents(t *testing.T) {
+	ev := &events{}
+	m := newManager(t, func(o *session.Options) {
+		o.Observer = ev
+		o.Pools = []session.PoolSpec{{Backend: "native", Image: "host", Size: 1}}
+	})
+	ctx := context.Background()
+	for deadline := time.Now().Add(30 * time.Second); m.PoolReady() < 1 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	}
+	s, err := m.Create(ctx, session.CreateOptions{Owner: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, s, "echo hi; echo x > /workspace/output/a.txt; exit 3")
+	if _, err := s.Artifacts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The pool is empty now (its refill may not be ready): a second
+	// session may or may not come from it.
+	s2, err := m.Create(ctx, session.CreateOptions{Owner: "bob", Policy: sandbox.Policy{Limits: sandbox.Limits{Pids: 99}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Destroy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	created := ev.of(session.EventCreated)
+	if len(created) != 2 || created[0].Owner != "alice" || !created[0].Pooled || created[1].Owner != "bob" || created[1].Pooled {
+		t.Fatalf("created events %+v: want alice's pooled, bob's (another policy) not", created)
+	}
+	for _, c := range created {
+		if c.DurationMS <= 0 || c.Session == "" || c.Image != "host" || c.Backend != "native" {
+			t.Errorf("created event %+v: want its duration, session, image and backend", c)
+		}
+	}
+	if hits := ev.of(session.EventPoolHit); len(hits) != 1 || hits[0].Backend != "native" {
+		t.Errorf("pool hits %+v, want one", hits)
+	}
+	execs := ev.of(session.EventExec)
+	if len(execs) != 1 || execs[0].Owner != "alice" || execs[0].ExitCode != 3 || execs[0].StdoutBytes != 3 || !strings.Contains(execs[0].What, "echo hi") {
+		t.Errorf("exec events %+v", execs)
+	}
+	arts := ev.of(session.EventArtifact)
+	if len(arts) != 1 || arts[0].Artifact == nil || arts[0].Artifact.Path != "a.txt" || arts[0].Owner != "alice" {
+		t.Errorf("artifact events %+v", arts)
+	}
+	if ended := ev.of(session.EventEnded); len(ended) != 2 || ended[0].Detail != "destroyed" {
+		t.Errorf("ended events %+v", ended)
 	}
 }

@@ -3,11 +3,7 @@
 package backendtest
 
 import (
-	"bufio"
-	"context"
-	"io"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,30 +35,7 @@ func (s *suite) testLandlock(t *testing.T) {
 	s.skip(t, "landlock")
 	mark := randomMark(t)
 	inst := s.create(t, Policy(t, nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	defer func() {
-		cancel()
-		<-done
-	}()
-	pr, pw := io.Pipe()
-	go func() {
-		defer close(done)
-		_, _ = sandbox.Exec(ctx, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", landlockHolder, mark}, Stdout: pw})
-		pw.Close()
-	}()
-	pid := make(chan string, 1)
-	go func() {
-		line, _ := bufio.NewReader(pr).ReadString('\n')
-		pid <- strings.TrimSpace(line)
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	var holder string
-	select {
-	case holder = <-pid:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the holder command never started")
-	}
+	holder := StartHolder(t, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", landlockHolder, mark}}, 60*time.Second)
 	if _, err := strconv.Atoi(holder); err != nil {
 		t.Fatalf("the holder command printed %q, not its pid", holder)
 	}

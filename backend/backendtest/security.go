@@ -123,30 +123,10 @@ func (s *suite) testIsolation(t *testing.T) {
 	env := map[string]string{"MARK": mark, "SHM_KEY": "424242", "HOLD": "60"}
 	a := s.create(t, Policy(t, nil))
 	b := s.create(t, Policy(t, nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ready := make(chan string, 1)
-	pr, pw := io.Pipe()
-	go func() {
-		_, _ = sandbox.Exec(ctx, a, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", probeScript(t, "holder"), mark}, Env: env, Stdout: pw})
-		pw.Close()
-	}()
-	go func() {
-		buf := make([]byte, 4096)
-		n, _ := pr.Read(buf)
-		ready <- string(buf[:n])
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	select {
-	case line := <-ready:
-		if !strings.Contains(line, `"ok": true`) {
-			t.Fatalf("holder sandbox not ready: %s", line)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("holder sandbox never became ready")
+	if line := StartHolder(t, a, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", probeScript(t, "holder"), mark}, Env: env}, 60*time.Second); !strings.Contains(line, `"ok": true`) {
+		t.Fatalf("holder sandbox not ready: %s", line)
 	}
 	s.probe(t, b, "isolation", env)
-	cancel()
 }
 
 func (s *suite) testForkBomb(t *testing.T) {

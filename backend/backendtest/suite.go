@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -294,4 +295,38 @@ func (s *suite) checkLines(t *testing.T, name string, res sandbox.Result) map[st
 		t.Fatalf("probe %s reported nothing; stderr:\n%s", name, res.Stderr)
 	}
 	return checks
+}
+
+// StartHolder starts spec (made KeepAlive) in inst: a process that prints
+// one line when it is ready and then keeps running. It returns that line,
+// and kills the process when the test ends; t fails if no line comes
+// within wait.
+func StartHolder(t *testing.T, inst sandbox.Instance, spec sandbox.ProcessSpec, wait time.Duration) string {
+	t.Helper()
+	pr, pw := io.Pipe()
+	spec.Stdout, spec.KeepAlive = pw, true
+	p, err := inst.Start(context.Background(), spec)
+	if err != nil {
+		t.Fatalf("start %q: %v", spec.Cmd, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = p.Signal(ctx, syscall.SIGKILL)
+		_, _ = p.Wait(ctx)
+		pw.Close()
+	})
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(pr).ReadString('\n')
+		line <- strings.TrimSpace(l)
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	select {
+	case l := <-line:
+		return l
+	case <-time.After(wait):
+		t.Fatalf("%q printed nothing within %v", spec.Cmd, wait)
+		return ""
+	}
 }

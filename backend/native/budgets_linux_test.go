@@ -1,10 +1,8 @@
 package native_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -83,25 +81,7 @@ func TestBudgetsChargedToTheSandbox(t *testing.T) {
 		t.Run(what, func(t *testing.T) {
 			a := backendtest.Create(t, be, sandbox.HostImage(), p)
 			b := backendtest.Create(t, be, sandbox.HostImage(), p)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			pr, pw := io.Pipe()
-			holder, err := a.Start(ctx, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", budgetProbe, what, "hold"}, Stdout: pw, KeepAlive: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			line := make(chan string, 1)
-			go func() {
-				l, _ := bufio.NewReader(pr).ReadString('\n')
-				line <- l
-				_, _ = io.Copy(io.Discard, pr)
-			}()
-			var held string
-			select {
-			case held = <-line:
-			case <-time.After(90 * time.Second):
-				t.Fatal("the holder never said what it held")
-			}
+			held := backendtest.StartHolder(t, a, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", budgetProbe, what, "hold"}}, 90*time.Second)
 			if !strings.HasPrefix(held, "held ") {
 				t.Fatalf("holder: %q", held)
 			}
@@ -114,8 +94,6 @@ func TestBudgetsChargedToTheSandbox(t *testing.T) {
 			if strings.TrimSpace(res.Stdout) != "ok" {
 				t.Errorf("sandbox B while sandbox A holds %s: %q %q", what, res.Stdout, res.Stderr)
 			}
-			_ = holder.Signal(ctx, 9)
-			pw.Close()
 		})
 	}
 }
@@ -289,5 +267,50 @@ func TestSocketBuffersCounted(t *testing.T) {
 		t.Logf("UDP payload queued under a %d MiB cap: %.1f MiB", memCap>>20, float64(n)/(1<<20))
 	default:
 		t.Errorf("UDP hoarder: %q %q", res.Stdout, res.Stderr)
+	}
+}
+
+// TestInputsChargedToTheSandbox puts an input file and checks that its
+// pages are charged to the sandbox's cgroup (init's folder, which writes
+// inputs), not to the supervisor's.
+func TestInputsChargedToTheSandbox(t *testing.T) {
+	testenv.Require(t, "root: the memory cgroup needs root here", testenv.Root())
+	be := native.New(native.Options{})
+	defer be.Close()
+	inst := backendtest.Create(t, be, sandbox.HostImage(), backendtest.Policy(t, nil))
+	pids := initPids()
+	if len(pids) != 1 {
+		t.Fatalf("want one sandbox init, found %v", pids)
+	}
+	usage := func() int64 {
+		b, err := os.ReadFile("/proc/" + pids[0] + "/cgroup")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.SplitN(line, ":", 3)
+			if len(f) != 3 || f[1] != "memory" && f[1] != "" {
+				continue
+			}
+			// v1's memory hierarchy, else the unified one
+			file := "/sys/fs/cgroup/memory" + f[2] + "/memory.usage_in_bytes"
+			if f[1] == "" {
+				file = "/sys/fs/cgroup" + f[2] + "/memory.current"
+			}
+			if v, err := os.ReadFile(file); err == nil {
+				n, _ := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
+				return n
+			}
+		}
+		t.Fatalf("no memory cgroup of init found in %q", b)
+		return 0
+	}
+	before := usage()
+	const size = 32 << 20
+	if _, err := inst.Files().Put(context.Background(), "/workspace/input/big.bin", strings.NewReader(strings.Repeat("x", size)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if grew := usage() - before; grew < size*9/10 {
+		t.Errorf("a %d MiB input grew the sandbox init's memory charge by %d MiB only", size>>20, grew>>20)
 	}
 }

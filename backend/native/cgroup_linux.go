@@ -546,7 +546,7 @@ func (cg *cgroup) newProc(name string, owner int) (p *procCgroup, tasks []*os.Fi
 			if dir != nil {
 				dir.Close()
 			}
-			_ = p.remove()
+			_ = p.remove(0) // nothing ran in it
 		}
 	}()
 	err = cg.each(func(hy *hierarchy, d string) error {
@@ -599,28 +599,24 @@ func (cg *cgroup) newProc(name string, owner int) (p *procCgroup, tasks []*os.Fi
 // sweepTimeout bounds one sweep.
 const sweepTimeout = 10 * time.Second
 
-// sweep kills everything in the process's folder and waits until it is
-// empty.
-func (p *procCgroup) sweep() error {
-	return sweepDirs(p.host, p.dirs)
-}
-
-// sweepDirs kills everything in dirs (one folder per hierarchy) with the
-// host's sweep mechanism, and waits until the folders are empty.
-func sweepDirs(h *cgroupHost, dirs map[*hierarchy]string) error {
+// sweep kills everything in the process's folder but init and waits
+// until nothing else is left there. On cgroup v1, init's thread that
+// forked the process joined the folder's tasks to do so, and may not have
+// left yet: the folder then lists init's pid, which must never be killed.
+func (p *procCgroup) sweep(initPid int) error {
 	deadline := time.Now().Add(sweepTimeout)
-	if t := h.track; t != nil && dirs[t] != "" {
-		d := dirs[t]
+	if t := p.host.track; t != nil && p.dirs[t] != "" {
+		d := p.dirs[t]
 		if t.v2 {
 			if err := writeFile(d, "cgroup.kill", "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
-		} else if err := freezeAndKill(d, deadline); err != nil {
+		} else if err := freezeAndKill(d, initPid, deadline); err != nil {
 			return err
 		}
 	}
-	for _, d := range dirs {
-		if err := killUntilEmpty(d, deadline); err != nil {
+	for _, d := range p.dirs {
+		if err := killUntilEmpty(d, initPid, deadline); err != nil {
 			return err
 		}
 	}
@@ -629,7 +625,7 @@ func sweepDirs(h *cgroupHost, dirs map[*hierarchy]string) error {
 
 // freezeAndKill freezes a v1 freezer folder, so that nothing in it can
 // fork, kills everything in it, and thaws it for the kills to land.
-func freezeAndKill(d string, deadline time.Time) error {
+func freezeAndKill(d string, spare int, deadline time.Time) error {
 	if err := writeFile(d, "freezer.state", "FROZEN"); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
@@ -646,14 +642,15 @@ func freezeAndKill(d string, deadline time.Time) error {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
-	killCgroupProcs(d)
+	killCgroupProcs(d, spare)
 	return writeFile(d, "freezer.state", "THAWED")
 }
 
-// killUntilEmpty kills what is in folder d until no process is left in it.
-func killUntilEmpty(d string, deadline time.Time) error {
+// killUntilEmpty kills what is in folder d, but process spare, until no
+// other process is left in it.
+func killUntilEmpty(d string, spare int, deadline time.Time) error {
 	for wait := 50 * time.Microsecond; ; wait = min(wait*2, 5*time.Millisecond) {
-		if killCgroupProcs(d) == 0 {
+		if killCgroupProcs(d, spare) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -663,13 +660,13 @@ func killUntilEmpty(d string, deadline time.Time) error {
 	}
 }
 
-// killCgroupProcs sends SIGKILL to every process listed in folder d and
-// says how many it found.
-func killCgroupProcs(d string) int {
+// killCgroupProcs sends SIGKILL to every process listed in folder d but
+// spare (0: none) and says how many it found.
+func killCgroupProcs(d string, spare int) int {
 	b, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 	n := 0
 	for _, f := range strings.Fields(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 && pid != spare {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			n++
 		}
@@ -678,10 +675,10 @@ func killCgroupProcs(d string) int {
 }
 
 // remove deletes the process's folders; they must be empty.
-func (p *procCgroup) remove() error {
+func (p *procCgroup) remove(spare int) error {
 	var errs []error
 	for _, d := range p.dirs {
-		errs = append(errs, removeCgroupDir(d))
+		errs = append(errs, removeCgroupDir(d, spare))
 	}
 	return errors.Join(errs...)
 }
@@ -717,13 +714,15 @@ func removeTree(d string) error {
 			errs = append(errs, removeTree(filepath.Join(d, e.Name())))
 		}
 	}
-	errs = append(errs, removeCgroupDir(d))
+	errs = append(errs, removeCgroupDir(d, 0))
 	return errors.Join(errs...)
 }
 
-// removeCgroupDir empties and removes one cgroup folder. The last tasks of
-// a killed sandbox may take a moment to leave, so EBUSY is retried.
-func removeCgroupDir(d string) error {
+// removeCgroupDir empties and removes one cgroup folder, killing what is
+// left in it but process spare. The last tasks of a killed sandbox (and a
+// thread of init that is leaving) may take a moment to go, so EBUSY is
+// retried.
+func removeCgroupDir(d string, spare int) error {
 	var err error
 	for i := range 200 {
 		if err = os.Remove(d); err == nil || errors.Is(err, fs.ErrNotExist) {
@@ -732,7 +731,7 @@ func removeCgroupDir(d string) error {
 		if !errors.Is(err, syscall.EBUSY) {
 			break
 		}
-		killCgroupProcs(d)
+		killCgroupProcs(d, spare)
 		time.Sleep(time.Duration(min(i+1, 20)) * time.Millisecond)
 	}
 	return fmt.Errorf("remove cgroup %s: %w", d, err)

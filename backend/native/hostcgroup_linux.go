@@ -1,7 +1,6 @@
 package native
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -31,14 +30,12 @@ type HostLimits struct {
 	Pids        int
 }
 
-// NewHostCgroup makes a cgroup with the caps l. The first one of a
-// Backend removes what dead owners left, as Create does.
+// NewHostCgroup makes a cgroup with the caps l.
 func (b *Backend) NewHostCgroup(l HostLimits) (*HostCgroup, error) {
 	h := b.hostInfo()
 	if h.cgroupErr != nil {
 		return nil, fmt.Errorf("cgroups: %v: %w", h.cgroupErr, sandbox.ErrUnsupported)
 	}
-	b.cleaned.Do(func() { b.CleanupStale(context.Background()) })
 	cg, err := h.cgroups.create(hostdir.Owner() + "-" + hostdir.NewID())
 	if err != nil {
 		return nil, err
@@ -97,7 +94,7 @@ func (c *HostCgroup) Remove() error {
 	}
 	var err error
 	if c.proc != nil {
-		err = c.proc.sweep()
+		err = c.proc.sweep(-1) // no init of a sandbox's in there to spare
 	}
 	if rerr := c.cg.remove(); err == nil {
 		err = rerr

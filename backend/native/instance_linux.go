@@ -38,9 +38,12 @@ type instance struct {
 	dead     chan struct{}
 	placed   chan struct{} // closed once init is in its v1 cgroup folders; nil before boot
 	noexec   chan error    // vm.memfd_noexec's outcome, once
+	greeted  bool          // init's hello was read
 	files    files
 
 	seq     atomic.Uint64
+	cgSeq   atomic.Uint64   // numbers the process folders
+	spare   chan procFolder // the next process's folder, prepared; nil without cgroups
 	mu      sync.Mutex
 	pending map[uint64]chan reply
 	gone    error    // set once the control channel failed
@@ -176,13 +179,23 @@ func (i *instance) bootInit(h *hostInfo) error {
 	} else {
 		i.noexec <- nil
 	}
-	// Init says hello once its runtime is up; a prestarted sandbox is
-	// only ready to hand out after that.
+	return nil
+}
+
+// awaitHello waits for init's hello, sent once its runtime is up. A
+// prestarted sandbox waits for it before it joins the pool; Create sends
+// the config first and reads the hello after, so that the config is
+// prepared while init starts (the channel holds both).
+func (i *instance) awaitHello() error {
+	if i.greeted {
+		return nil
+	}
 	m, files, err := i.ch.Recv()
 	nsinit.CloseAll(files)
 	if err != nil || m.Op != nsinit.OpHello {
 		return fmt.Errorf("sandbox init did not start: %v %q%s", err, m.Op, i.initStderr())
 	}
+	i.greeted = true
 	return nil
 }
 
@@ -220,10 +233,18 @@ func (i *instance) configure(ctx context.Context, h *hostInfo, plan []nsinit.Roo
 	err = i.ch.Send(nsinit.Message{Op: nsinit.OpConfig, Config: cfg}, binds...)
 	nsinit.CloseAll(binds)
 	if err != nil {
-		return err
+		return fmt.Errorf("build sandbox: %w%s", err, i.initStderr())
+	}
+	if i.cg != nil {
+		i.spare = make(chan procFolder, 1)
+		i.prepareFolder()
 	}
 	ready := make(chan error, 1)
 	go func() {
+		if err := i.awaitHello(); err != nil {
+			ready <- err
+			return
+		}
 		m, files, err := i.ch.Recv()
 		want := 1
 		if cfg.EgressPort > 0 {
@@ -453,6 +474,11 @@ func (i *instance) Destroy(ctx context.Context) error {
 		i.procs.Wait()
 		if i.placed != nil {
 			<-i.placed
+		}
+		select {
+		case f := <-i.spare: // removed with the tree below
+			f.close()
+		default:
 		}
 		i.mu.Lock()
 		for _, f := range []**os.File{&i.outDir, &i.egress} {

@@ -1,6 +1,7 @@
 package native_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,10 +34,17 @@ func childMode() (int, bool) {
 		holdSandbox(os.Getenv("AIRLOCK_TEST_MARK"))
 		return 0, true
 	case "rootless":
+		waitGo()
 		return rootlessChecks(), true
+	case "rootless-cgroup":
+		waitGo()
+		return rootlessCgroupChecks(), true
 	}
 	return 0, false
 }
+
+// waitGo waits for the parent's go-ahead line on stdin.
+func waitGo() { _, _ = bufio.NewReader(os.Stdin).ReadString('\n') }
 
 // holdSandbox starts a sandbox running a marked sleep, says so, and waits
 // to be killed.
@@ -116,12 +125,33 @@ type rootlessResult struct {
 	Detail string `json:"detail"`
 }
 
+// say reports one check of a child on stdout.
+func say(name string, ok bool, detail any) {
+	_ = json.NewEncoder(os.Stdout).Encode(rootlessResult{name, ok, fmt.Sprint(detail)})
+}
+
+// childSandbox creates the one sandbox of a child's checks and returns a
+// function that runs argv plus a script in it; nil when it cannot start
+// (said already).
+func childSandbox(be *native.Backend, p sandbox.Policy, argv ...string) (sandbox.Instance, func(script string) sandbox.Result) {
+	ctx := context.Background()
+	p, _ = p.Normalize()
+	inst, err := be.Create(ctx, sandbox.Spec{Image: sandbox.HostImage(), Policy: p})
+	if err != nil {
+		say("create", false, err)
+		return nil, nil
+	}
+	return inst, func(script string) sandbox.Result {
+		res, err := sandbox.Exec(ctx, inst, sandbox.ProcessSpec{Cmd: append(argv, script)})
+		if err != nil {
+			say("exec "+script, false, err)
+		}
+		return res
+	}
+}
+
 // rootlessChecks runs as an unprivileged user and reports on stdout.
 func rootlessChecks() int {
-	enc := json.NewEncoder(os.Stdout)
-	say := func(name string, ok bool, detail any) {
-		_ = enc.Encode(rootlessResult{name, ok, fmt.Sprint(detail)})
-	}
 	ctx := context.Background()
 	be := native.New(native.Options{})
 	if err := be.Probe(ctx); err != nil {
@@ -131,20 +161,11 @@ func rootlessChecks() int {
 	strict, _ := sandbox.Policy{Strict: true}.Normalize()
 	_, err := be.Create(ctx, sandbox.Spec{Image: sandbox.HostImage(), Policy: strict})
 	say("strict policy refused without cgroups", errors.Is(err, sandbox.ErrUnsupported), err)
-	p, _ := sandbox.Policy{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Timeout: sandbox.Duration(3 * time.Second)}}.Normalize()
-	inst, err := be.Create(ctx, sandbox.Spec{Image: sandbox.HostImage(), Policy: p})
-	if err != nil {
-		say("create", false, err)
+	inst, run := childSandbox(be, sandbox.Policy{Limits: sandbox.Limits{MemoryBytes: 64 << 20, Timeout: sandbox.Duration(3 * time.Second)}}, "sh", "-c")
+	if inst == nil {
 		return 0
 	}
 	defer inst.Destroy(ctx)
-	run := func(script string) sandbox.Result {
-		res, err := sandbox.Exec(ctx, inst, sandbox.ProcessSpec{Cmd: []string{"sh", "-c", script}})
-		if err != nil {
-			say("exec "+script, false, err)
-		}
-		return res
-	}
 	res := run(`echo "$(id -u) $(grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t\n' '  ')"`)
 	say("runs as 1000 with no capabilities", strings.HasPrefix(res.Stdout, "1000 CapEff: 0000000000000000 CapBnd: 0000000000000000 NoNewPrivs: 1 Seccomp: 2"), res.Stdout+res.Stderr)
 	say("weaker layers reported", strings.Contains(strings.Join(res.Weakened, ";"), "cgroup memory") && strings.Contains(strings.Join(res.Weakened, ";"), "RLIMIT_AS"), res.Weakened)
@@ -167,6 +188,51 @@ func rootlessChecks() int {
 // with the layers that need root replaced by rlimits and reported.
 func TestRootless(t *testing.T) {
 	testenv.Require(t, "root, to switch to an unprivileged user (CI runs as root)", testenv.Root())
+	runRootlessChild(t, "rootless", nil, 7)
+}
+
+// TestRootlessDelegatedCgroup runs a sandbox as an unprivileged user who
+// was given cgroups of its own (as a systemd user slice delegates them):
+// the caps then hold for the sandbox as a whole, with no rlimit fallback.
+func TestRootlessDelegatedCgroup(t *testing.T) {
+	testenv.Require(t, "root, to delegate cgroups to an unprivileged user (CI runs as root)", testenv.Root())
+	var dirs []string
+	for _, ctl := range []string{"memory", "cpu", "pids", "freezer"} {
+		root := "/sys/fs/cgroup/" + ctl
+		if _, err := os.Stat(root + "/cgroup.procs"); err != nil {
+			testenv.Require(t, "the v1 "+ctl+" hierarchy at "+root, err)
+		}
+		d := filepath.Join(root, fmt.Sprintf("airlock-rootless-test-%d", os.Getpid()))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, d)
+		t.Cleanup(func() {
+			if err := os.Remove(d); err != nil {
+				t.Errorf("the delegated cgroup %s was left: %v", d, err)
+			}
+		})
+		for _, f := range []string{"", "cgroup.procs", "tasks"} {
+			if err := os.Chown(filepath.Join(d, f), 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	runRootlessChild(t, "rootless-cgroup", func(pid int) {
+		for _, d := range dirs {
+			if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}, 4)
+}
+
+// runRootlessChild runs this test binary as uid 65534 in child mode mode,
+// calls place with its pid before it starts (it waits for a line on its
+// stdin), and checks the JSON lines it reports: at least want of them,
+// all ok.
+func runRootlessChild(t *testing.T, mode string, place func(pid int), want int) {
+	t.Helper()
 	// t.TempDir's parent is private to root; the child user must reach this one
 	dir, err := os.MkdirTemp("", "native-rootless-")
 	if err != nil {
@@ -192,28 +258,85 @@ func TestRootless(t *testing.T) {
 	}
 	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Dir = dir
-	cmd.Env = []string{"AIRLOCK_TEST_CHILD=rootless", "PATH=/usr/bin:/bin", "HOME=" + dir}
+	cmd.Env = []string{"AIRLOCK_TEST_CHILD=" + mode, "PATH=/usr/bin:/bin", "HOME=" + dir}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.Output()
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		t.Fatalf("rootless child: %v\n%s", err, out)
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if place != nil {
+		place(cmd.Process.Pid)
+	}
+	_, _ = io.WriteString(stdin, "go\n")
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("rootless child: %v\n%s", err, out.String())
 	}
 	n := 0
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		var r rootlessResult
 		if json.Unmarshal([]byte(line), &r) != nil {
 			continue
 		}
 		n++
 		if !r.OK {
-			t.Errorf("rootless: %s: %s", r.Name, r.Detail)
+			t.Errorf("%s: %s: %s", mode, r.Name, r.Detail)
 		} else {
-			t.Logf("rootless: %s (%s)", r.Name, r.Detail)
+			t.Logf("%s: %s (%s)", mode, r.Name, r.Detail)
 		}
 	}
-	if n < 7 {
-		t.Errorf("rootless child reported %d checks, want 7:\n%s", n, out)
+	if n < want {
+		t.Errorf("%s child reported %d checks, want %d:\n%s", mode, n, want, out.String())
 	}
+}
+
+// rootlessCgroupChecks runs as an unprivileged user inside cgroups
+// delegated to it, and reports on stdout.
+func rootlessCgroupChecks() int {
+	inst, run := childSandbox(native.New(native.Options{}),
+		sandbox.Policy{Limits: sandbox.Limits{MemoryBytes: 64 << 20, CPUs: 0.5, Timeout: sandbox.Duration(30 * time.Second)}}, "python3", "-c")
+	if inst == nil {
+		return 0
+	}
+	defer inst.Destroy(context.Background())
+	res := run("print('hi')")
+	weak := strings.Join(res.Weakened, "; ")
+	say("no rlimit fallback for the caps", res.Stdout == "hi\n" && !strings.Contains(weak, "RLIMIT") && !strings.Contains(weak, "cgroup "), weak)
+	// four processes of 40 MiB each: RLIMIT_AS (per process) would let
+	// them all live; a cap on the sandbox as a whole cannot
+	res = run(`
+import os, time
+kids = []
+for _ in range(4):
+    pid = os.fork()
+    if pid == 0:
+        x = bytearray(40 << 20)
+        for i in range(0, len(x), 4096): x[i] = 1
+        time.sleep(2)
+        os._exit(0)
+    kids.append(pid)
+for k in kids: os.waitpid(k, 0)
+`)
+	say("memory capped for the sandbox as a whole", res.OOMKilled, fmt.Sprintf("oom_killed %v, peak %d", res.OOMKilled, res.Usage.PeakMemoryBytes))
+	res = run(`
+import os, time
+end = time.time() + 2
+kids = [os.fork() for _ in range(2)]
+if 0 in kids:
+    while time.time() < end: pass
+    os._exit(0)
+for k in kids: os.waitpid(k, 0)
+`)
+	say("cpu quota holds", res.Usage.CPUMillis > 0 && res.Usage.CPUMillis < 0.5*res.DurationMS*1.3+100,
+		fmt.Sprintf("%.0f ms CPU in %.0f ms", res.Usage.CPUMillis, res.DurationMS))
+	res = run("print(open('/proc/self/cgroup').read().count('airlock'))")
+	say("the sandbox's cgroups are below the delegated ones, hidden inside", res.Stdout == "0\n", res.Stdout)
+	return 0
 }
 
 // TestPrestart runs sandboxes from a backend that keeps one started

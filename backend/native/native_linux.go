@@ -25,7 +25,6 @@ type Backend struct {
 	opts     Options
 	hostOnce sync.Once
 	host     *hostInfo
-	cleaned  sync.Once
 
 	// The pool of prestarted sandboxes (Options.Prestart).
 	poolOnce  sync.Once
@@ -72,7 +71,7 @@ func (b *Backend) Capabilities(ctx context.Context) sandbox.Capabilities {
 func (b *Backend) Probe(ctx context.Context) error { return b.hostInfo().probeError() }
 
 // CleanupStale removes what sandboxes of dead airlock processes left (their
-// cgroups). Create calls it once per Backend; it returns what it removed.
+// cgroups, wherever they were placed); it returns what it removed.
 func (b *Backend) CleanupStale(ctx context.Context) []string {
 	h := b.hostInfo()
 	if h.cgroupErr != nil {
@@ -140,6 +139,11 @@ func (b *Backend) fill(h *hostInfo) {
 	for {
 		for len(b.pool) < cap(b.pool) {
 			i, err := b.boot(h)
+			if err == nil {
+				if err = i.awaitHello(); err != nil {
+					_ = i.Destroy(context.Background())
+				}
+			}
 			if err != nil {
 				b.opts.Logger.Warn("prestarting a sandbox failed", "err", err)
 				break
@@ -194,17 +198,18 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	if pol.Strict && len(weak) > 0 {
 		return nil, fmt.Errorf("strict policy, but this host can only give weaker layers: %s: %w", strings.Join(weak, "; "), sandbox.ErrUnsupported)
 	}
-	plan, err := rootPlan(spec.Image)
-	if err != nil {
-		return nil, err
-	}
-	b.cleaned.Do(func() { b.CleanupStale(ctx) })
 	id, err := hostdir.PickID(spec.ID)
 	if err != nil {
 		return nil, err
 	}
 	inst, err := b.booted(h)
 	if err != nil {
+		return nil, err
+	}
+	// The plan is made while init starts.
+	plan, err := rootPlan(spec.Image)
+	if err != nil {
+		_ = inst.Destroy(context.Background())
 		return nil, err
 	}
 	inst.id, inst.policy, inst.weakened, inst.imageEnv = id, pol, weak, spec.Image.Env

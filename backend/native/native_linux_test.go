@@ -1,7 +1,6 @@
 package native_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/backend/native"
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -37,13 +37,8 @@ func leftoversOf(pid int) []string {
 			out = append(out, "process "+e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
-	for _, root := range cgroupRoots() {
-		kids, _ := filepath.Glob(filepath.Join(root, "airlock", fmt.Sprintf("%d-*", pid)))
-		for _, k := range kids {
-			if st, err := os.Stat(k); err == nil && st.IsDir() {
-				out = append(out, "cgroup "+k)
-			}
-		}
+	for _, d := range leakcheck.Cgroups(pid) {
+		out = append(out, "cgroup "+d)
 	}
 	return out
 }
@@ -61,21 +56,6 @@ func parentOf(pid string) int {
 	}
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
-}
-
-// cgroupRoots lists the mounted cgroup hierarchies.
-func cgroupRoots() []string {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	var roots []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		for i, x := range f {
-			if x == "-" && i+1 < len(f) && (f[i+1] == "cgroup" || f[i+1] == "cgroup2") {
-				roots = append(roots, f[4])
-			}
-		}
-	}
-	return roots
 }
 
 func TestSuite(t *testing.T) {

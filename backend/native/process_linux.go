@@ -56,6 +56,9 @@ func (i *instance) Start(ctx context.Context, ps sandbox.ProcessSpec) (sandbox.P
 	if err := i.enter(); err != nil {
 		return nil, err
 	}
+	// Init must be in its own v1 folders before a process starts: moving
+	// it moves all its threads, a forking one too.
+	<-i.placed
 	started := false
 	defer func() {
 		if !started {
@@ -66,17 +69,16 @@ func (i *instance) Start(ctx context.Context, ps sandbox.ProcessSpec) (sandbox.P
 	es := nsinit.ExecSpec{Argv: spec.Argv, Env: spec.Env, Dir: spec.Dir}
 	var cgFiles []*os.File
 	if i.cg != nil {
-		var tasks []*os.File
-		var dir *os.File
-		p.cg, tasks, dir, err = i.cg.newProc("p"+strconv.FormatUint(p.seq, 10), i.hostRoot)
-		if err != nil {
-			return nil, err
+		f := i.procFolder()
+		if f.err != nil {
+			return nil, f.err
 		}
-		es.CgroupTasks = len(tasks)
-		cgFiles = tasks
-		if dir != nil {
+		p.cg = f.cg
+		es.CgroupTasks = len(f.tasks)
+		cgFiles = f.tasks
+		if f.dir != nil {
 			es.CgroupDir = true
-			cgFiles = append(cgFiles, dir)
+			cgFiles = append(cgFiles, f.dir)
 		}
 	}
 	defer nsinit.CloseAll(cgFiles)
@@ -84,6 +86,12 @@ func (i *instance) Start(ctx context.Context, ps sandbox.ProcessSpec) (sandbox.P
 	if err != nil {
 		p.dropCgroup()
 		return nil, err
+	}
+	// The counters are taken before the process starts: a fork bomb hits
+	// the pids cap within its first milliseconds, before this goroutine
+	// would see the reply.
+	if p.cg != nil {
+		p.usage = cgstat.Begin(p.cg.stat)
 	}
 	go pp.writeSpec(es)
 	r, err := i.request(ctx, nsinit.Message{Op: nsinit.OpExec, Seq: p.seq}, append(pp.theirs(), cgFiles...)...)
@@ -100,12 +108,69 @@ func (i *instance) Start(ctx context.Context, ps sandbox.ProcessSpec) (sandbox.P
 	if ps.OpenStdin {
 		p.stdin, pp.stdinW = pp.stdinW, nil
 	}
-	if p.cg != nil {
-		p.usage = cgstat.Begin(p.cg.stat)
-	}
 	started = true
 	go p.run(pp, ps)
 	return p, nil
+}
+
+// procFolder is a process's cgroup folder and what init needs to start
+// the process in it (see cgroup.newProc).
+type procFolder struct {
+	cg    *procCgroup
+	tasks []*os.File
+	dir   *os.File
+	err   error
+}
+
+func (f procFolder) close() {
+	nsinit.CloseAll(f.tasks)
+	if f.dir != nil {
+		f.dir.Close()
+	}
+}
+
+// newProcFolder makes a process folder. Folders are numbered on their
+// own: a prepared one may go to whichever process starts next.
+func (i *instance) newProcFolder() procFolder {
+	var f procFolder
+	f.cg, f.tasks, f.dir, f.err = i.cg.newProc("p"+strconv.FormatUint(i.cgSeq.Add(1), 10), i.hostRoot)
+	return f
+}
+
+// procFolder returns the folder prepared for the next process, and
+// prepares another beside the process's start; without one ready, it
+// makes one.
+func (i *instance) procFolder() procFolder {
+	select {
+	case f := <-i.spare:
+		i.prepareFolder()
+		if f.err == nil {
+			return f
+		}
+	default:
+	}
+	return i.newProcFolder()
+}
+
+// prepareFolder makes the next process's folder in the background:
+// several mkdirs and writes per hierarchy that would otherwise come
+// before the process's start. Destroy waits for it and closes an unused one.
+func (i *instance) prepareFolder() {
+	if i.enter() != nil {
+		return
+	}
+	go func() {
+		defer i.procs.Done()
+		f := i.newProcFolder()
+		select {
+		case i.spare <- f:
+		default:
+			f.close()
+			if f.err == nil {
+				_ = f.cg.remove(0)
+			}
+		}
+	}()
 }
 
 // enter counts one more process in, unless the sandbox takes no more
@@ -123,7 +188,7 @@ func (i *instance) enter() error {
 // dropCgroup removes the process's cgroup when it never ran.
 func (p *process) dropCgroup() {
 	if p.cg != nil {
-		_ = p.cg.remove()
+		_ = p.cg.remove(p.inst.cmd.Process.Pid)
 	}
 }
 
@@ -226,7 +291,7 @@ func (p *process) run(pp *execPipes, ps sandbox.ProcessSpec) {
 		p.stdin.Close()
 	}
 	if p.cg != nil {
-		if rerr := p.cg.remove(); rerr != nil {
+		if rerr := p.cg.remove(p.inst.cmd.Process.Pid); rerr != nil {
 			i.backend.opts.Logger.Warn("removing a process's cgroup", "sandbox", i.id, "err", rerr)
 		}
 	}
@@ -238,7 +303,7 @@ func (p *process) run(pp *execPipes, ps sandbox.ProcessSpec) {
 // init kills the process's session.
 func (p *process) sweep() error {
 	if p.cg != nil {
-		return p.cg.sweep()
+		return p.cg.sweep(p.inst.cmd.Process.Pid)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
 	defer cancel()

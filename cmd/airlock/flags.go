@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -59,6 +60,29 @@ func (d durationFlag) Set(v string) error {
 		return fmt.Errorf("duration %q must be above zero: %w", v, sandbox.ErrInvalid)
 	}
 	*d.v = x
+	return nil
+}
+
+// zeroOrDuration reads "720h", "30m" or a number of seconds, where 0
+// turns the thing it bounds off.
+type zeroOrDuration struct{ v *time.Duration }
+
+func (d zeroOrDuration) String() string {
+	if d.v == nil {
+		return ""
+	}
+	return d.v.String()
+}
+
+func (d zeroOrDuration) Set(v string) error {
+	x, err := sandbox.ParseDuration(v)
+	if err != nil {
+		return err
+	}
+	if x < 0 {
+		return fmt.Errorf("duration %q is negative: %w", v, sandbox.ErrInvalid)
+	}
+	*d.v = time.Duration(x)
 	return nil
 }
 

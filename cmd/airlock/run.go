@@ -61,6 +61,7 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 	fs.Var(positiveInt{&l.Pids}, "pids", "process and thread cap, a `NUMBER` (default 128)")
 	fs.Var(sizeFlag{&l.DiskBytes}, "disk", "cap on /tmp + /workspace/output + /dev/shm together, a `SIZE` (default 256MiB)")
 	fs.Var(sizeFlag{&l.OutputBytes}, "stdout-limit", "bytes kept of stdout and of stderr, each, a `SIZE` (default 1MiB)")
+	fs.Var(sizeFlag{&l.InputBytes}, "input-limit", "cap on the --input files together, a `SIZE` (default 1GiB)")
 	fs.Var(allowFlag{rules: &o.policy.Network.Allow}, "allow-host", "allow egress to `HOST[:PORT]`: example.com, *.example.com, example.com:8443,\nan address (10.1.2.3, [fd00::1]:8443) or a range (10.0.0.0/8:11434); repeatable")
 	fs.Var(allowFlag{rules: &o.policy.Network.Allow, cidrOnly: true}, "allow-cidr", "allow egress to an address range, `CIDR[:PORT]`: 10.0.0.0/8, 10.1.2.3/32:11434, fd00::/8,\n[fd00::/8]:8443; repeatable")
 	fs.Var(&o.envs, "env", "`K=V` to set inside (repeatable); no host variable enters otherwise")

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -59,15 +60,7 @@ func TestRunTerminalOutput(t *testing.T) {
 // only the next start cleans up after an airlock that died without it.
 func sandboxTraces(t *testing.T, pid int) []string {
 	t.Helper()
-	var out []string
-	for _, pattern := range []string{"/sys/fs/cgroup/*/airlock/%d-*", "/sys/fs/cgroup/airlock/%d-*"} {
-		m, err := filepath.Glob(fmt.Sprintf(pattern, pid))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, m...)
-	}
-	return out
+	return leakcheck.Cgroups(pid)
 }
 
 // TestRunInterrupt: when the context ends by a signal while the command

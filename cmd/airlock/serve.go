@@ -10,8 +10,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/metrics"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/server"
 	"github.com/airlock-sandbox/airlock/session"
@@ -27,7 +30,13 @@ Keys files have one key per line: TENANT KEY [sessions=N] [memory=SIZE] [cpus=N]
 AIRLOCK_API_KEYS holds the same lines, separated by ';', when --keys-file is not
 given. Without keys the server serves one tenant, "default", on loopback only.
 SIGTERM or SIGINT stops it: new requests get 503, running calls finish or are
-cancelled, every sandbox is destroyed.`
+cancelled, every sandbox is destroyed.
+
+Every session, process, code call, egress decision and artifact verdict is
+written to the audit log (an SQLite file, --audit-db) before the call that made
+it answers; GET /v1/audit reads a tenant's own records, airlock audit reads them
+all. GET /metrics serves Prometheus metrics without authentication: counts and
+latencies only, no tenant, session, command or host in them.`
 
 // serveOptions are the parsed flags of airlock serve.
 type serveOptions struct {
@@ -36,6 +45,9 @@ type serveOptions struct {
 	maxSessions                       int
 	quota                             session.Quota
 	drain                             time.Duration
+	auditDB, metricsAddr              string
+	auditRetention                    time.Duration
+	auditFsync                        bool
 }
 
 func parseServe(env *cliEnv, args []string) (*serveOptions, error) {
@@ -51,8 +63,20 @@ func parseServe(env *cliEnv, args []string) (*serveOptions, error) {
 	fs.Var(sizeFlag{&o.quota.MemoryBytes}, "tenant-memory", "a tenant's memory caps added up, `SIZE` (default 32GiB)")
 	fs.Var(positiveFloat{&o.quota.CPUs}, "tenant-cpus", "a tenant's CPU quotas added up, `CORES` (default 64)")
 	fs.DurationVar(&o.drain, "drain", 30*time.Second, "how long running calls may take to finish on shutdown")
+	fs.StringVar(&o.auditDB, "audit-db", "", "the audit log, an SQLite `PATH`, or none (default $AIRLOCK_HOME/audit.db, else ~/.local/share/airlock/audit.db)")
+	o.auditRetention = 720 * time.Hour
+	fs.Var(zeroOrDuration{&o.auditRetention}, "audit-retention", "how long audit records are kept, a `DURATION`; 0 keeps them for ever")
+	fs.BoolVar(&o.auditFsync, "audit-fsync", false, "sync every audit commit to the disk, so that records survive a power loss, not only a killed server")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve GET /metrics on this `HOST:PORT` of its own instead of the API's listener, or none")
 	if err := fs.parse(args); err != nil {
 		return nil, err
+	}
+	if o.auditDB == "" {
+		p, err := audit.DefaultPath(env.getenv)
+		if err != nil {
+			return nil, fmt.Errorf("--audit-db: no default (%v); give a path or none: %w", err, sandbox.ErrInvalid)
+		}
+		o.auditDB = p
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("takes no arguments, got %q: %w", fs.Arg(0), sandbox.ErrInvalid)
@@ -124,13 +148,35 @@ func runServe(ctx context.Context, env *cliEnv, args []string) int {
 		}
 		return o.quota
 	}
+	met := metrics.New()
+	observers := []session.Observer{met}
+	var reader server.AuditReader
+	if o.auditDB != "none" {
+		store, err := audit.Open(ctx, o.auditDB, audit.Options{Fsync: o.auditFsync})
+		if err != nil {
+			return fail(sandbox.ExitFailed, err)
+		}
+		defer store.Close()
+		reader = store
+		observers = append([]session.Observer{audit.NewRecorder(store, audit.RecorderOptions{Logger: log, OnError: met.AuditError})}, observers...)
+		pctx, stopPruning := context.WithCancel(context.WithoutCancel(ctx))
+		var pruner sync.WaitGroup
+		pruner.Go(func() { audit.Retain(pctx, store, audit.RetainOptions{Keep: o.auditRetention, Logger: log}) })
+		defer pruner.Wait()
+		defer stopPruning()
+	}
 	m, err := session.New(ctx, session.Options{Backends: backends, DefaultBackend: names[0], Images: imageStoreLookup(env),
-		MaxSessions: o.maxSessions, Quota: quota, Pools: pools, Logger: log})
+		MaxSessions: o.maxSessions, Quota: quota, Pools: pools, Logger: log, Observer: session.Observers(observers...)})
 	if err != nil {
 		return fail(sandbox.ExitFailed, err)
 	}
 	defer m.Close(context.WithoutCancel(ctx))
-	srv, err := server.New(server.Options{Manager: m, Keys: keys, Logger: log})
+	met.WatchManager(m)
+	extra := map[string]http.Handler{}
+	if o.metricsAddr == "" {
+		extra["GET /metrics"] = met.Handler()
+	}
+	srv, err := server.New(server.Options{Manager: m, Keys: keys, Logger: log, Audit: reader, Extra: extra})
 	if err != nil {
 		return fail(sandbox.ExitFailed, err)
 	}
@@ -138,11 +184,29 @@ func runServe(ctx context.Context, env *cliEnv, args []string) int {
 	if err != nil {
 		return fail(sandbox.ExitFailed, err)
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	served := make(chan error, 1)
+	errLog := slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	hs := &http.Server{Handler: met.Instrument(srv), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10,
+		ErrorLog: errLog}
+	served := make(chan error, 2)
 	go func() { served <- hs.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "backends", o.backends, "tenants_with_keys", keys.Len() > 0)
+	metricsAt := "the API's listener"
+	if o.metricsAddr != "" && o.metricsAddr != "none" {
+		mln, err := net.Listen("tcp", o.metricsAddr)
+		if err != nil {
+			_ = hs.Close()
+			return fail(sandbox.ExitFailed, fmt.Errorf("--metrics-addr: %w", err))
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", met.Handler())
+		ms := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+		go func() { served <- ms.Serve(mln) }()
+		defer ms.Close()
+		metricsAt = mln.Addr().String()
+	} else if o.metricsAddr == "none" {
+		metricsAt = "none"
+	}
+	log.Info("serving", "addr", ln.Addr().String(), "backends", o.backends, "tenants_with_keys", keys.Len() > 0,
+		"audit_db", o.auditDB, "metrics", metricsAt)
 	select {
 	case err := <-served:
 		return fail(sandbox.ExitFailed, err)

@@ -1,91 +1,33 @@
-// Package testimage finds, for the tests of the backends that run images,
-// the built-in python image that .ci/lib/image.sh builds: in
-// $AIRLOCK_HOME's store, else in the newest store of the CI cache.
+// Package testimage is internal/testimage under the name the backends'
+// tests import: the package moved up so that the tests outside backend/
+// (the agent's, the MCP server's) can reach the python image too.
 package testimage
 
 import (
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"sort"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/image"
-	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 // Name is the image the suites run.
-const Name = "python"
+const Name = testimage.Name
 
 // Store returns a store that holds the python image, or skips t (fails it
 // under CI) saying how to build one.
-func Store(t testing.TB) *image.Store {
-	t.Helper()
-	s, err := Find()
-	testenv.Require(t, "the python image (build it with: bash .ci/lib/image.sh, then set AIRLOCK_HOME to the folder it prints)", err)
-	return s
-}
+func Store(t testing.TB) *image.Store { t.Helper(); return testimage.Store(t) }
 
 // Find returns a store that holds the python image, or why there is none.
-func Find() (*image.Store, error) {
-	var dirs []string
-	if h := os.Getenv("AIRLOCK_HOME"); h != "" {
-		dirs = append(dirs, filepath.Join(h, "images"))
-	}
-	homes, _ := filepath.Glob(filepath.Join(CacheDir(), "home-*", "images"))
-	sort.Slice(homes, func(i, j int) bool { return modTime(homes[i]) > modTime(homes[j]) })
-	dirs = append(dirs, homes...)
-	for _, d := range dirs {
-		s, err := image.OpenStore(d)
-		if err != nil {
-			continue
-		}
-		if _, err := s.Get(Name); err == nil {
-			return s, nil
-		}
-	}
-	if len(dirs) == 0 {
-		return nil, errors.New("AIRLOCK_HOME is not set and the CI cache has no image store")
-	}
-	return nil, fmt.Errorf("no %s image in %v", Name, dirs)
-}
-
-func modTime(p string) int64 {
-	st, err := os.Stat(p)
-	if err != nil {
-		return 0
-	}
-	return st.ModTime().UnixNano()
-}
+func Find() (*image.Store, error) { return testimage.Find() }
 
 // CacheDir is the CI cache, where .ci/lib builds runsc and the images.
-func CacheDir() string {
-	if c := os.Getenv("AIRLOCK_CI_CACHE"); c != "" {
-		return c
-	}
-	return "/var/cache/airlock-ci"
-}
+func CacheDir() string { return testimage.CacheDir() }
 
-// Folder returns the python image's root file system as a folder image:
-// the same files, without the image's own environment (which the suite's
-// environment check does not expect), or skips t as Store does.
-func Folder(t testing.TB) string {
-	t.Helper()
-	img, err := Store(t).Get(Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img.RootFS()
-}
+// Folder returns the python image's root file system as a folder image
+// (see internal/testimage.Folder), or skips t as Store does.
+func Folder(t testing.TB) string { t.Helper(); return testimage.Folder(t) }
 
 // Resolve returns the python image as a resolved reference, or why there
 // is none.
-func Resolve() (sandbox.Image, error) {
-	s, err := Find()
-	if err != nil {
-		return sandbox.Image{}, err
-	}
-	return image.Resolve(s, Name)
-}
+func Resolve() (sandbox.Image, error) { return testimage.Resolve() }

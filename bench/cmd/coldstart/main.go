@@ -1,6 +1,7 @@
 // Command coldstart prints the table of BenchmarkColdStart (package bench):
-// `airlock run -- /bin/true` as a whole process beside bwrap, unshare and a
-// bare /bin/true, interleaved, n runs each, medians and p90 in ms.
+// `airlock run -- /bin/true` as a whole process, for the default build and
+// the static one (CGO_ENABLED=0), beside bwrap, unshare and a bare
+// /bin/true, interleaved, n runs each, medians and p90 in ms.
 //
 //	go run ./bench/cmd/coldstart -n 200
 //
@@ -64,7 +65,7 @@ func main() {
 }
 
 func run(n int, bin, ref string, extra []bench.Cmd) error {
-	tmp := ""
+	tmp, bins := "", []string{bin}
 	if bin == "" {
 		root, err := bench.ModuleRoot(".")
 		if err != nil {
@@ -75,9 +76,9 @@ func run(n int, bin, ref string, extra []bench.Cmd) error {
 			return err
 		}
 		defer s.Close()
-		bin, tmp = s.Bin, s.Tmp
+		bins, tmp = []string{s.Bin, s.Static}, s.Tmp
 	}
-	cmds, err := bench.Standard(bin, tmp)
+	cmds, err := bench.Standard(tmp, bins...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "coldstart: baseline missing:", err)
 	}
@@ -93,7 +94,7 @@ func run(n int, bin, ref string, extra []bench.Cmd) error {
 	fmt.Print(bench.Table(stats, ref))
 	fmt.Printf("load after: %s\n", strings.TrimSpace(string(load)))
 	time.Sleep(100 * time.Millisecond) // inits die with their airlock; give the kernel a moment
-	if left := r.Leftovers(bin, tmp); len(left) > 0 {
+	if left := r.Leftovers(tmp, bins...); len(left) > 0 {
 		return fmt.Errorf("left behind: %s", strings.Join(left, "; "))
 	}
 	return nil

@@ -1,0 +1,180 @@
+package interp_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/backend/native"
+	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/interp"
+	"github.com/airlock-sandbox/airlock/sandbox"
+)
+
+// The tests run real sandboxes on the native backend: the host image for
+// the stdlib Python kernel, bash and node, the python image (built by
+// .ci/lib/image.sh) for IPython.
+
+func TestMain(m *testing.M) {
+	os.Exit(backendtest.Main(m, nil))
+}
+
+var (
+	backendOnce sync.Once
+	backend     *native.Backend
+)
+
+func nativeBackend(t testing.TB) *native.Backend {
+	t.Helper()
+	testenv.Require(t, "root, for the native backend's full form", testenv.Root())
+	backendOnce.Do(func() { backend = native.New(native.Options{}) })
+	testenv.Require(t, "the native backend", backend.Probe(context.Background()))
+	return backend
+}
+
+// newSandbox creates a sandbox of img with the default policy changed by
+// mod, destroyed when t ends.
+func newSandbox(t testing.TB, img sandbox.Image, mod func(*sandbox.Policy)) sandbox.Instance {
+	t.Helper()
+	var p sandbox.Policy
+	if mod != nil {
+		mod(&p)
+	}
+	p, err := p.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst, err := nativeBackend(t).Create(context.Background(), sandbox.Spec{Image: img, Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := inst.Destroy(context.Background()); err != nil {
+			t.Errorf("destroy: %v", err)
+		}
+	})
+	return inst
+}
+
+func hostSandbox(t testing.TB) sandbox.Instance { return newSandbox(t, sandbox.HostImage(), nil) }
+
+// pythonImage is the built python image, or a skip (a failure under CI).
+// It looks where backend/internal/testimage does (which interp cannot
+// import): $AIRLOCK_HOME's store, else the newest store of the CI cache.
+func pythonImage(t testing.TB) sandbox.Image {
+	t.Helper()
+	img, err := findPythonImage()
+	testenv.Require(t, "the python image (bash .ci/lib/image.sh builds it; set AIRLOCK_HOME to the folder it prints)", err)
+	return img
+}
+
+func findPythonImage() (sandbox.Image, error) {
+	var dirs []string
+	if h := os.Getenv("AIRLOCK_HOME"); h != "" {
+		dirs = append(dirs, filepath.Join(h, "images"))
+	}
+	cache := os.Getenv("AIRLOCK_CI_CACHE")
+	if cache == "" {
+		cache = "/var/cache/airlock-ci"
+	}
+	homes, _ := filepath.Glob(filepath.Join(cache, "home-*", "images"))
+	sort.Slice(homes, func(i, j int) bool { return modTime(homes[i]) > modTime(homes[j]) })
+	for _, d := range append(dirs, homes...) {
+		if s, err := image.OpenStore(d); err == nil {
+			if img, err := image.Resolve(s, "python"); err == nil {
+				return img, nil
+			}
+		}
+	}
+	return sandbox.Image{}, errors.New("no python image in $AIRLOCK_HOME or the CI cache")
+}
+
+func modTime(p string) int64 {
+	st, err := os.Stat(p)
+	if err != nil {
+		return 0
+	}
+	return st.ModTime().UnixNano()
+}
+
+// start starts a context, closed when t ends.
+func start(t testing.TB, inst sandbox.Instance, opts interp.Options) *interp.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := interp.Start(ctx, inst, opts)
+	if err != nil {
+		t.Fatalf("start %+v: %v", opts, err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(context.Background()); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return c
+}
+
+// run runs code and fails t on a Go error.
+func run(t testing.TB, c *interp.Context, code string, timeout time.Duration) interp.Execution {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	x, err := c.Run(ctx, code, timeout, nil)
+	if err != nil {
+		t.Fatalf("run %q: %v", code, err)
+	}
+	return x
+}
+
+// text is the text/plain of the execution's last result, or "".
+func text(x interp.Execution) string {
+	if len(x.Results) == 0 {
+		return ""
+	}
+	return x.Results[len(x.Results)-1][interp.MIMEText]
+}
+
+// ok fails t unless the call ended without an error.
+func ok(t testing.TB, x interp.Execution) interp.Execution {
+	t.Helper()
+	if x.Error != nil {
+		t.Fatalf("unexpected error event: %s: %s\n%s\nstdout %q stderr %q", x.Error.Name, x.Error.Value,
+			strings.Join(x.Error.Traceback, "\n"), x.Stdout, x.Stderr)
+	}
+	return x
+}
+
+// events lists the types of x's events, for messages.
+func events(x interp.Execution) string {
+	var b strings.Builder
+	for _, ev := range x.Events {
+		b.WriteString(ev.Type)
+		if ev.Type == interp.EventError {
+			b.WriteString("(" + ev.Name + ": " + ev.Value + ")")
+		}
+		if ev.Type == interp.EventRestarted {
+			b.WriteString("(" + ev.Reason + ")")
+		}
+		b.WriteByte(' ')
+	}
+	if s := strings.TrimSpace(b.String()); len(s) <= 600 {
+		return s
+	}
+	return strings.TrimSpace(b.String())[:300] + " … " + strings.TrimSpace(b.String())[b.Len()-300:]
+}
+
+// errorName is the name of x's error event, or "".
+func errorName(x interp.Execution) string {
+	if x.Error == nil {
+		return ""
+	}
+	return x.Error.Name
+}
