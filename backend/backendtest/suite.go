@@ -47,8 +47,9 @@ type Config struct {
 	// after another; default 20. A backend whose every sandbox boots a
 	// machine may run fewer, saying why in its test.
 	ManyRuns int
-	// TimeScale multiplies the short timeouts that the abuse and leftover
-	// tests give their commands (seconds, for a fork or a python3 start);
+	// TimeScale multiplies the short timeouts that the process, abuse and
+	// leftover tests give their commands (seconds, for a fork or a python3
+	// start);
 	// default 1. A backend that translates every instruction (QEMU's TCG)
 	// needs more to start a program at all.
 	TimeScale float64

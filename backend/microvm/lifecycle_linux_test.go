@@ -172,7 +172,8 @@ func TestWedgedGuestIsKilled(t *testing.T) {
 	_, img := newBackend(t)
 	be := microvm.New(microvm.Options{KernelDir: kernels(t), CacheDir: cacheDir(t), Accel: accel(), WedgeGrace: 3 * time.Second})
 	inst := backendtest.CreateWithin(t, 5*time.Minute, be, img, backendtest.Policy(t, nil))
-	p, err := inst.Start(context.Background(), sandbox.ProcessSpec{Cmd: []string{"sleep", "600"}, Timeout: sandbox.Duration(2 * time.Second)})
+	// the timeout leaves time to stop QEMU first on a loaded host
+	p, err := inst.Start(context.Background(), sandbox.ProcessSpec{Cmd: []string{"sleep", "600"}, Timeout: sandbox.Duration(20 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
 	}
