@@ -50,6 +50,12 @@ func (f *files) Put(ctx context.Context, path string, r io.Reader, max int64) (s
 		return sandbox.FileInfo{}, f.i.goneOr(err)
 	}
 	defer st.Close()
+	// the request goes first: the guest drops data for a stream it has
+	// not heard of
+	p, err := f.i.send(wire.Msg{Op: wire.OpFile, File: &wire.FileOp{Op: wire.FilePut, Path: path, Max: max, Stream: st.ID()}})
+	if err != nil {
+		return sandbox.FileInfo{}, err
+	}
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
@@ -57,7 +63,10 @@ func (f *files) Put(ctx context.Context, path string, r io.Reader, max int64) (s
 			_ = st.CloseWrite()
 		}
 	}()
-	rep, err := f.i.call(ctx, wire.Msg{Op: wire.OpFile, File: &wire.FileOp{Op: wire.FilePut, Path: path, Max: max, Stream: st.ID()}})
+	rep, err := p.wait(ctx)
+	if err == nil && rep.Error != "" {
+		err = wire.Errorf(rep.Error, rep.Kind)
+	}
 	st.Close() // the guest stopped reading: unblock the copy
 	<-copied
 	if err != nil {

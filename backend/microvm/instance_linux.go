@@ -231,32 +231,56 @@ func (i *instance) control(b []byte) error {
 // request sends m with a fresh id and waits for the guest's reply. An
 // error reply is returned as the reply, not as an error.
 func (i *instance) request(ctx context.Context, m wire.Msg) (wire.Msg, error) {
+	p, err := i.send(m)
+	if err != nil {
+		return wire.Msg{}, err
+	}
+	return p.wait(ctx)
+}
+
+// pendingReply is a request sent, whose reply is still to come.
+type pendingReply struct {
+	i  *instance
+	id uint64
+	c  chan wire.Msg
+}
+
+// send sends m with a fresh id and returns at once, so that the caller
+// may feed a stream the request names (which the guest takes only once
+// it has read the request) before it waits for the reply.
+func (i *instance) send(m wire.Msg) (*pendingReply, error) {
 	m.ID = i.seq.Add(1)
-	c := make(chan wire.Msg, 1)
+	p := &pendingReply{i: i, id: m.ID, c: make(chan wire.Msg, 1)}
 	i.mu.Lock()
 	if i.gone != nil {
 		i.mu.Unlock()
-		return wire.Msg{}, i.gone
+		return nil, i.gone
 	}
-	i.pending[m.ID] = c
+	i.pending[m.ID] = p.c
 	i.mu.Unlock()
-	drop := func() {
-		i.mu.Lock()
-		delete(i.pending, m.ID)
-		i.mu.Unlock()
-	}
 	if err := i.conn.SendMsg(m); err != nil {
-		drop()
-		return wire.Msg{}, i.goneOr(err)
+		p.drop()
+		return nil, i.goneOr(err)
 	}
+	return p, nil
+}
+
+func (p *pendingReply) drop() {
+	p.i.mu.Lock()
+	delete(p.i.pending, p.id)
+	p.i.mu.Unlock()
+}
+
+// wait waits for the reply.
+func (p *pendingReply) wait(ctx context.Context) (wire.Msg, error) {
 	select {
-	case r, ok := <-c:
+	case r, ok := <-p.c:
 		if !ok {
-			return wire.Msg{}, i.goneOr(sandbox.ErrDestroyed)
+			return wire.Msg{}, p.i.goneOr(sandbox.ErrDestroyed)
 		}
 		return r, nil
 	case <-ctx.Done():
-		drop()
+		p.drop()
 		return wire.Msg{}, ctx.Err()
 	}
 }

@@ -43,7 +43,7 @@ func New(opts Options) *Backend {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.BootTimeout <= 0 {
-		opts.BootTimeout = 2 * time.Minute
+		opts.BootTimeout = 5 * time.Minute
 	}
 	if opts.WedgeGrace <= 0 {
 		opts.WedgeGrace = time.Minute

@@ -86,7 +86,7 @@ func cacheDir(t *testing.T) string {
 
 func TestGuestKernelIsNotTheHosts(t *testing.T) {
 	be, img := newBackend(t)
-	inst := backendtest.Create(t, be, img, backendtest.Policy(t, nil))
+	inst := backendtest.CreateWithin(t, 5*time.Minute, be, img, backendtest.Policy(t, nil))
 	res := backendtest.Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"uname", "-r"}})
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {

@@ -35,7 +35,7 @@ type Options struct {
 	// Transport picks the host channel.
 	Transport string
 	// BootTimeout bounds how long a machine may take from QEMU's start to
-	// its agent's first message; default 2 minutes (TCG is slow).
+	// a ready sandbox inside; default 5 minutes (TCG on a loaded host).
 	BootTimeout time.Duration
 	// WedgeGrace is how long past a process's timeout the host waits for
 	// the guest to report that the process ended before it takes the
