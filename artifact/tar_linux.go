@@ -76,14 +76,35 @@ func (w *walker) tarEntry(ctx context.Context, tr *tar.Reader, h *tar.Header, se
 	}
 	switch h.Typeflag {
 	case tar.TypeDir:
+		// as the folder walk does: a folder at the cap is refused, since
+		// what it holds would pass it
+		if depth := strings.Count(rel, "/") + 1; depth >= w.c.p.MaxDepth {
+			w.refuse(rel, 0, fmt.Sprintf("folder at depth %d: files in it would pass the depth cap of %d", depth, w.c.p.MaxDepth))
+		}
 		return nil
 	case tar.TypeReg:
 	default:
-		w.refuse(rel, h.Size, fmt.Sprintf("not a regular file (tar entry type %q): links, devices and FIFOs never leave", h.Typeflag))
+		w.refuse(rel, h.Size, fmt.Sprintf("not a regular file (%s, tar entry type %q): links, devices and FIFOs never leave", tarKind(h.Typeflag), h.Typeflag))
 		return nil
 	}
 	if !w.fileFits(rel, path.Base(rel), h.Size) {
 		return nil
 	}
 	return w.content(ctx, rel, io.LimitReader(tr, h.Size), h.Size)
+}
+
+// tarKind names what a tar entry type stands for, in the words the folder
+// walk uses for the same things.
+func tarKind(t byte) string {
+	switch t {
+	case tar.TypeSymlink:
+		return "a symbolic link"
+	case tar.TypeLink:
+		return "a hard link"
+	case tar.TypeChar, tar.TypeBlock:
+		return "a device node"
+	case tar.TypeFifo:
+		return "a FIFO"
+	}
+	return "an entry of another kind"
 }

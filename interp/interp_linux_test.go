@@ -3,12 +3,14 @@ package interp_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/backend/microvm"
 	"github.com/airlock-sandbox/airlock/backend/native"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testimage"
@@ -37,6 +39,40 @@ func nativeBackend(t testing.TB) *native.Backend {
 	return backend
 }
 
+var (
+	microvmOnce sync.Once
+	microvmBe   *microvm.Backend
+)
+
+// microvmBackend is the microvm backend (under TCG unless
+// AIRLOCK_MICROVM_ACCEL says otherwise) with the python image's store's
+// cache and the CI's guest kernels: AIRLOCK_INTERP_BACKEND=microvm runs
+// these tests in machines.
+func microvmBackend(t testing.TB) *microvm.Backend {
+	t.Helper()
+	testenv.Require(t, "root", testenv.Root())
+	img := pythonImage(t)
+	microvmOnce.Do(func() {
+		accel := os.Getenv("AIRLOCK_MICROVM_ACCEL")
+		if accel == "" {
+			accel = microvm.AccelTCG
+		}
+		kernels := os.Getenv("AIRLOCK_MICROVM_KERNELS")
+		if kernels == "" {
+			cache := os.Getenv("AIRLOCK_CI_CACHE")
+			if cache == "" {
+				cache = "/var/cache/airlock-ci"
+			}
+			kernels = filepath.Join(cache, "kernels")
+		}
+		// the image's folder is STORE/NAME/rootfs
+		store := filepath.Dir(filepath.Dir(img.RootFS))
+		microvmBe = microvm.New(microvm.Options{KernelDir: kernels, CacheDir: filepath.Join(store, ".microvm"), Accel: accel})
+	})
+	testenv.Require(t, "the microvm backend", microvmBe.Probe(context.Background()))
+	return microvmBe
+}
+
 // newSandbox creates a sandbox of img with the default policy changed by
 // mod, destroyed when t ends.
 func newSandbox(t testing.TB, img sandbox.Image, mod func(*sandbox.Policy)) sandbox.Instance {
@@ -49,7 +85,20 @@ func newSandbox(t testing.TB, img sandbox.Image, mod func(*sandbox.Policy)) sand
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst, err := nativeBackend(t).Create(context.Background(), sandbox.Spec{Image: img, Policy: p})
+	be := sandbox.Backend(nil)
+	if os.Getenv("AIRLOCK_INTERP_BACKEND") == "microvm" {
+		// a machine runs built images only: the python image stands in
+		// for the host's folders (it has python3, bash and node)
+		be = microvmBackend(t)
+		if img.IsHost() {
+			img = pythonImage(t)
+		}
+	} else {
+		be = nativeBackend(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	inst, err := be.Create(ctx, sandbox.Spec{Image: img, Policy: p})
 	if err != nil {
 		t.Fatal(err)
 	}

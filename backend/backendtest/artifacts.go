@@ -102,15 +102,10 @@ func (s *suite) testArtifacts(t *testing.T) {
 	p := artifact.Normalize(sandbox.ArtifactPolicy{})
 	verdicts := map[string]int{}
 	for round := range 6 {
-		dir, err := openOutput(ctx, inst)
-		if err != nil {
-			t.Fatal(err)
-		}
 		dst := filepath.Join(base, fmt.Sprintf("dst%d", round))
 		cctx, ccancel := context.WithTimeout(ctx, 2*time.Minute)
-		arts, err := artifact.Collect(cctx, dir, dst, p)
+		arts, err := collectOutput(cctx, inst, dst, p)
 		ccancel()
-		dir.Close()
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/artifact"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -246,6 +247,16 @@ func (s *suite) testOutputs(t *testing.T) {
 	res := sh(t, inst, "mkdir -p /workspace/output/sub && echo result > /workspace/output/sub/r.txt")
 	if res.ExitCode != 0 {
 		t.Fatalf("write output: %d %s", res.ExitCode, res.Stderr)
+	}
+	if _, ok := inst.(sandbox.OutputDirOpener); !ok {
+		// a backend without a host folder hands out a tar stream
+		dst := t.TempDir()
+		arts, err := collectOutput(context.Background(), inst, dst, artifact.Normalize(sandbox.ArtifactPolicy{}))
+		b, rerr := os.ReadFile(filepath.Join(dst, "sub", "r.txt"))
+		if err != nil || rerr != nil || string(b) != "result\n" {
+			t.Errorf("output through the archive: %q, %v %v (artifacts %+v)", b, err, rerr, arts)
+		}
+		return
 	}
 	dir, err := openOutput(context.Background(), inst)
 	if err != nil {
@@ -518,7 +529,8 @@ func (s *suite) testDestroy(t *testing.T) {
 // process leaves dies with it; stdin pipes, signals, waits, and the end
 // of the sandbox.
 func (s *suite) testProcesses(t *testing.T) {
-	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = sandbox.Duration(2 * time.Second) }))
+	timeout := s.scaled(2 * time.Second)
+	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = timeout }))
 	ctx := context.Background()
 	var kaOut syncBuffer
 	ka, err := inst.Start(ctx, sandbox.ProcessSpec{KeepAlive: true, Stdout: &kaOut,
@@ -539,7 +551,7 @@ func (s *suite) testProcesses(t *testing.T) {
 	// process and its child live on, past the policy's timeout too
 	res := sh(t, inst, "sleep 300 & echo $!")
 	left := strings.TrimSpace(res.Stdout)
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(time.Duration(timeout) + 500*time.Millisecond)
 	res = sh(t, inst, "for p in "+left+" "+child+"; do if [ -d /proc/$p ] && ! grep -q '^State:.Z' /proc/$p/status; then echo alive; else echo gone; fi; done")
 	if res.Stdout != "gone\nalive\n" {
 		t.Errorf("after an ordinary process ended: its leftover and the KeepAlive child are %q, want gone and alive", res.Stdout)

@@ -59,7 +59,7 @@ func (s *suite) testDataImage(t *testing.T) {
 	create := func() sandbox.Instance {
 		t.Helper()
 		s.checkLeftoversAtEnd(t)
-		return Create(t, s.Backend, s.DataImage, Policy(t, func(p *sandbox.Policy) {
+		return CreateWithin(t, s.createTimeout(), s.Backend, s.DataImage, Policy(t, func(p *sandbox.Policy) {
 			p.Limits.MemoryBytes = 1 << 30
 			p.Limits.Timeout = sandbox.Duration(120e9)
 		}))
@@ -122,12 +122,7 @@ func (s *suite) testDataImage(t *testing.T) {
 // collect runs the artifact filter into dst and checks the verdicts.
 func collect(t *testing.T, inst sandbox.Instance, dst string, want map[string]string) {
 	t.Helper()
-	dir, err := openOutput(context.Background(), inst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dir.Close()
-	arts, err := artifact.Collect(context.Background(), dir, dst, artifact.Normalize(sandbox.ArtifactPolicy{}))
+	arts, err := collectOutput(context.Background(), inst, dst, artifact.Normalize(sandbox.ArtifactPolicy{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -188,7 +188,7 @@ func (s *suite) testFlood(t *testing.T) {
 
 func (s *suite) testLeftovers(t *testing.T) {
 	mark := randomMark(t)
-	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = sandbox.Duration(2 * time.Second) }))
+	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = s.scaled(2 * time.Second) }))
 	// a daemon that double-forks, starts a new session and ignores SIGTERM
 	daemon := fmt.Sprintf(`python3 -c '
 import os, signal, time, sys
@@ -216,7 +216,11 @@ time.sleep(600)
 }
 
 func (s *suite) testManyRuns(t *testing.T) {
-	for k := range 20 {
+	runs := s.ManyRuns
+	if runs <= 0 {
+		runs = 20
+	}
+	for k := range runs {
 		p := Policy(t, nil)
 		inst, err := s.Backend.Create(context.Background(), sandbox.Spec{Image: s.Image, Policy: p})
 		if err != nil {
@@ -232,7 +236,7 @@ func (s *suite) testManyRuns(t *testing.T) {
 	}
 	if s.Leftovers != nil {
 		if left := s.Leftovers(); len(left) > 0 {
-			t.Errorf("after 20 runs, left behind: %v", left)
+			t.Errorf("after %d runs, left behind: %v", runs, left)
 		}
 	}
 }

@@ -27,7 +27,7 @@ func (s *suite) testNextCommand(t *testing.T) {
 		p.Limits.DiskBytes = 16 << 20
 		p.Limits.DiskInodes = 1000
 		p.Limits.OpenFiles = 256
-		p.Limits.Timeout = sandbox.Duration(20 * time.Second)
+		p.Limits.Timeout = s.scaled(20 * time.Second)
 	})
 	inst := s.create(t, p)
 	ctx := context.Background()
@@ -62,7 +62,7 @@ func (s *suite) testNextCommand(t *testing.T) {
 			"import os\nos.mkdir('/tmp/inodes')\nn = 0\ntry:\n    while True: open(f'/tmp/inodes/{n}', 'w').close(); n += 1\nexcept OSError as e: print(n, e.errno)"}},
 			cleanup: func() error { return inst.Files().Remove(ctx, "/tmp/inodes") }},
 		{name: "a 10 GiB stdout flood", spec: sandbox.ProcessSpec{Cmd: []string{"sh", "-c", "yes | head -c 10737418240"},
-			Timeout: sandbox.Duration(10 * time.Second)},
+			Timeout: s.scaled(10 * time.Second)},
 			check: func(r sandbox.Result) error {
 				if !r.StdoutTruncated || int64(len(r.Stdout)) != p.Limits.OutputBytes {
 					return fmt.Errorf("stdout %d bytes, truncated %v", len(r.Stdout), r.StdoutTruncated)
@@ -71,9 +71,9 @@ func (s *suite) testNextCommand(t *testing.T) {
 			}},
 		{name: "a process ignoring every signal, and its child in a session of its own", spec: sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
 			"import os, signal, time\nfor s in range(1, signal.NSIG):\n    try: signal.signal(s, signal.SIG_IGN)\n    except (OSError, ValueError): pass\nif os.fork() == 0: os.setsid()\nprint('ignoring', flush=True)\nwhile True: time.sleep(1)"},
-			Timeout: sandbox.Duration(2 * time.Second)}, check: timedOut},
+			Timeout: s.scaled(2 * time.Second)}, check: timedOut},
 		{name: "a stopped process", spec: sandbox.ProcessSpec{Cmd: []string{"sh", "-c", "sleep 100 & kill -STOP $!; kill -STOP $$"},
-			Timeout: sandbox.Duration(2 * time.Second)}, check: timedOut},
+			Timeout: s.scaled(2 * time.Second)}, check: timedOut},
 	}
 	for _, a := range attacks {
 		if a.name == "memory bomb at twice the cap" && s.skipped(t, "next command after a memory bomb") {
@@ -121,7 +121,7 @@ func timedOut(r sandbox.Result) error {
 // KeepAlive process lives on and is followed as before, and the sandbox
 // runs the next command.
 func (s *suite) testChannelAttack(t *testing.T) {
-	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = sandbox.Duration(20 * time.Second) }))
+	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = s.scaled(20 * time.Second) }))
 	ctx := context.Background()
 	mark := randomMark(t)
 	var kaOut syncBuffer

@@ -7,6 +7,7 @@ package command
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -171,6 +172,22 @@ func (c *CapBuffer) Truncated() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.total > int64(c.buf.Len())
+}
+
+// ContextReader returns a reader of r that fails with ctx's error once
+// ctx ends, so that a copy from r stops.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return contextReader{ctx, r} }
+
+type contextReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c contextReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // ExitKilled is the exit status of a command killed with SIGKILL.
