@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/backend/internal/containertest"
-	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 

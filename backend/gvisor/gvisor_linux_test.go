@@ -11,9 +11,9 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/backend/internal/containertest"
 	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
-	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
-	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/backend/microvm"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
