@@ -35,12 +35,8 @@ func codeEvent(e interp.Event) api.CodeEvent {
 // code runs a cell: with Accept: application/x-ndjson its events stream as
 // they come, else they come back together.
 func (s *Server) code(w http.ResponseWriter, r *http.Request, t *Tenant) error {
-	sess, err := s.session(r, t)
+	sess, req, err := sessionRequest[api.Code](s, w, r, t)
 	if err != nil {
-		return err
-	}
-	var req api.Code
-	if err := s.readJSON(w, r, &req); err != nil {
 		return err
 	}
 	timeout, err := seconds("timeout_seconds", req.TimeoutSeconds)
@@ -70,12 +66,8 @@ func (s *Server) code(w http.ResponseWriter, r *http.Request, t *Tenant) error {
 }
 
 func (s *Server) createContext(w http.ResponseWriter, r *http.Request, t *Tenant) error {
-	sess, err := s.session(r, t)
+	sess, req, err := sessionRequest[api.CreateContext](s, w, r, t)
 	if err != nil {
-		return err
-	}
-	var req api.CreateContext
-	if err := s.readJSON(w, r, &req); err != nil {
 		return err
 	}
 	c, err := sess.CreateContext(r.Context(), req.Language, req.Cwd)

@@ -182,13 +182,19 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, t *Tenant
 	return nil
 }
 
-func (s *Server) setTTL(w http.ResponseWriter, r *http.Request, t *Tenant) error {
+// sessionRequest finds the request's session and reads its JSON body.
+func sessionRequest[T any](s *Server, w http.ResponseWriter, r *http.Request, t *Tenant) (*session.Session, T, error) {
+	var req T
 	sess, err := s.session(r, t)
 	if err != nil {
-		return err
+		return nil, req, err
 	}
-	var req api.SetTTL
-	if err := s.readJSON(w, r, &req); err != nil {
+	return sess, req, s.readJSON(w, r, &req)
+}
+
+func (s *Server) setTTL(w http.ResponseWriter, r *http.Request, t *Tenant) error {
+	sess, req, err := sessionRequest[api.SetTTL](s, w, r, t)
+	if err != nil {
 		return err
 	}
 	ttl, err := seconds("ttl_seconds", req.TTLSeconds)
@@ -353,12 +359,8 @@ func wantsStream(r *http.Request) bool {
 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *Tenant) error {
-	sess, err := s.session(r, t)
+	sess, req, err := sessionRequest[api.Exec](s, w, r, t)
 	if err != nil {
-		return err
-	}
-	var req api.Exec
-	if err := s.readJSON(w, r, &req); err != nil {
 		return err
 	}
 	timeout, err := seconds("timeout_seconds", req.TimeoutSeconds)

@@ -43,10 +43,7 @@ func runRemote(ctx context.Context, env *cliEnv, args []string) int {
 		return exitUsage
 	}
 	defer c.Close()
-	fail := func(err error) int {
-		env.errorf("airlock run: %s", errText(err))
-		return sandbox.ExitFailed
-	}
+	fail := func(err error) int { return runFailed(env, err) }
 	req := api.Exec{Cmd: o.cmd}
 	if o.stdin {
 		b, err := io.ReadAll(io.LimitReader(env.stdin, maxRemoteStdin+1))
@@ -80,26 +77,5 @@ func runRemote(ctx context.Context, env *cliEnv, args []string) int {
 		one.Output = client.Output{Stdout: client.ToWriter(stdout), Stderr: client.ToWriter(stderr)}
 	}
 	res, err := c.RunOnce(ctx, one)
-	if term != nil {
-		term.Flush()
-	}
-	if code, ok := interruption(ctx); ok {
-		if err != nil && !errors.Is(err, context.Canceled) {
-			env.errorf("airlock run: %s", errText(err))
-		}
-		env.errorf("airlock: interrupted")
-		return code
-	}
-	if o.json && res.ID != "" {
-		if jerr := writeJSON(env.stdout, res); jerr != nil && err == nil {
-			err = jerr
-		}
-	}
-	if err != nil {
-		return fail(err)
-	}
-	if !o.json {
-		reportRun(env, o, res)
-	}
-	return exitStatus(res)
+	return finishRun(ctx, env, o, term, res, err)
 }

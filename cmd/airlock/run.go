@@ -159,10 +159,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		return exitUsage
 	}
 	defer m.Close(context.WithoutCancel(ctx))
-	fail := func(err error) int {
-		env.errorf("airlock run: %s", errText(err))
-		return sandbox.ExitFailed
-	}
+	fail := func(err error) int { return runFailed(env, err) }
 	if o.output != "" {
 		if err := os.MkdirAll(o.output, 0o755); err != nil {
 			return fail(fmt.Errorf("--output: %w", err))
@@ -183,6 +180,13 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		Process: proc,
 		Output:  artifact.Destination{Dir: o.output, Overwrite: o.overwrite},
 	})
+	return finishRun(ctx, env, o, term, res, err)
+}
+
+// finishRun reports a one-shot run's end, wherever it ran: the
+// interruption, the Result as JSON or lines on stderr, and the exit
+// status.
+func finishRun(ctx context.Context, env *cliEnv, o *runOptions, term *termsafe.Terminal, res sandbox.Result, err error) int {
 	if term != nil {
 		term.Flush()
 	}
@@ -200,12 +204,18 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		}
 	}
 	if err != nil {
-		return fail(err)
+		return runFailed(env, err)
 	}
 	if !o.json {
 		reportRun(env, o, res)
 	}
 	return exitStatus(res)
+}
+
+// runFailed says why airlock run failed; it exits 125.
+func runFailed(env *cliEnv, err error) int {
+	env.errorf("airlock run: %s", errText(err))
+	return sandbox.ExitFailed
 }
 
 // prepareRun reads the command line of airlock run: its flags, its
