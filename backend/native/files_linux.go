@@ -41,27 +41,9 @@ func (f *files) op(ctx context.Context, op nsinit.FileOp, pipe *os.File) (*dirfs
 		return nil, errors.New(r.Error)
 	}
 	if r.FileError != nil {
-		return nil, fileError(r.FileError)
+		return nil, command.FileError(r.FileError)
 	}
 	return r.Info, nil
-}
-
-// fileError maps init's error kinds to the sandbox's sentinels.
-func fileError(e *dirfs.Error) error {
-	var s error
-	switch e.Kind {
-	case dirfs.Invalid:
-		s = sandbox.ErrInvalid
-	case dirfs.NotFound:
-		s = sandbox.ErrNotFound
-	case dirfs.Exist:
-		s = sandbox.ErrExist
-	case dirfs.Limit:
-		s = sandbox.ErrLimit
-	default:
-		return errors.New(e.Msg)
-	}
-	return fmt.Errorf("%s: %w", e.Msg, s)
 }
 
 // Put writes r to path through a pipe that init reads.

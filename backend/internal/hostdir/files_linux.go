@@ -3,11 +3,11 @@ package hostdir
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"strings"
 
+	"github.com/airlock-sandbox/airlock/backend/internal/command"
 	"github.com/airlock-sandbox/airlock/backend/internal/dirfs"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -38,20 +38,7 @@ func fileError(err error) error {
 	if !errors.As(err, &e) {
 		return err
 	}
-	var s error
-	switch e.Kind {
-	case dirfs.Invalid:
-		s = sandbox.ErrInvalid
-	case dirfs.NotFound:
-		s = sandbox.ErrNotFound
-	case dirfs.Exist:
-		s = sandbox.ErrExist
-	case dirfs.Limit:
-		s = sandbox.ErrLimit
-	default:
-		return err
-	}
-	return fmt.Errorf("%s: %w", e.Msg, s)
+	return command.FileError(e)
 }
 
 // Put writes r to path; max 0 (or above it) means the folder's cap: the
