@@ -402,8 +402,8 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 			"the gvisor backend bridges it with a unix socket (runsc --host-uds=open), which Docker cannot ask runsc for: %w", sandbox.ErrUnsupported)
 	}
 	weak := b.Capabilities(ctx).Weakened()
-	if pol.Strict && len(weak) > 0 {
-		return nil, fmt.Errorf("strict policy, but with this daemon: %s: %w", strings.Join(weak, "; "), sandbox.ErrUnsupported)
+	if err := pol.RefuseWeak("this daemon", weak); err != nil {
+		return nil, err
 	}
 	cli, err := b.client()
 	if err != nil {
