@@ -60,20 +60,22 @@ func parentOf(pid string) int {
 
 func TestSuite(t *testing.T) {
 	testenv.Require(t, "root: the native suite runs as root here (CI does; rootless runs are covered by TestRootless)", testenv.Root())
-	var dataImage sandbox.Image
-	if img, err := testimage.Resolve(); err == nil {
-		dataImage = img
-	} else if testenv.CI() {
-		t.Fatalf("the python image is required under CI: %v", err)
-	} else {
-		t.Logf("the data image test will skip: %v (bash .ci/lib/image.sh builds the image)", err)
-	}
 	backendtest.Run(t, backendtest.Config{
 		Backend:   native.New(native.Options{}),
 		Image:     sandbox.HostImage(),
-		DataImage: dataImage,
+		DataImage: dataImage(t),
 		Leftovers: leftovers,
 	})
+}
+
+// dataImage is the python image for the suite's data-work test; without
+// one that test skips, saying why (under CI it fails).
+func dataImage(t *testing.T) sandbox.Image {
+	img, err := testimage.Resolve()
+	if err != nil {
+		t.Logf("the data image test will skip: %v (bash .ci/lib/image.sh builds the image)", err)
+	}
+	return img
 }
 
 // TestSuiteUnifiedSweep runs the suite with every process tracked and
@@ -88,6 +90,7 @@ func TestSuiteUnifiedSweep(t *testing.T) {
 	backendtest.Run(t, backendtest.Config{
 		Backend:   native.New(native.Options{TrackUnified: true}),
 		Image:     sandbox.HostImage(),
+		DataImage: dataImage(t),
 		Leftovers: leftovers,
 	})
 }
