@@ -99,15 +99,22 @@ await check('a sandbox made through E2B is a v1 session, and a v1 session is an 
 
 await check('the audit log of the tenant records the E2B sandbox and its commands', async () => {
   await sbx.commands.run('echo audited-command')
-  const recs = []
-  for (let after = 0; ;) {
-    const page = await v1('GET', `/v1/audit?after=${after}&limit=1000`, env.alice)
-    eq(page.status, 200, 'v1 audit')
-    recs.push(...page.body.records)
-    if (!page.body.next) break
-    after = page.body.next
+  // the server's audit recorder writes after the call has answered: read
+  // the log until the command's record is there, for up to 30 s
+  let mine = []
+  for (const deadline = Date.now() + 30000; ;) {
+    const recs = []
+    for (let after = 0; ;) {
+      const page = await v1('GET', `/v1/audit?after=${after}&limit=1000`, env.alice)
+      eq(page.status, 200, 'v1 audit')
+      recs.push(...page.body.records)
+      if (!page.body.next) break
+      after = page.body.next
+    }
+    mine = recs.filter((r) => r.session === sbx.sandboxId)
+    if (mine.some((r) => r.kind === 'exec' && r.what.includes('audited-command')) || Date.now() > deadline) break
+    await new Promise((done) => setTimeout(done, 200))
   }
-  const mine = recs.filter((r) => r.session === sbx.sandboxId)
   assert(mine.some((r) => r.kind === 'session_created'), 'session_created: ' + JSON.stringify(mine.map((r) => r.kind)))
   assert(mine.some((r) => r.kind === 'exec' && r.what.includes('audited-command')), 'the command: ' + JSON.stringify(mine.map((r) => r.what)))
   const bobs = await v1('GET', '/v1/audit?limit=1000', env.bob)
