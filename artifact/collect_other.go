@@ -37,6 +37,11 @@ func (p *Placer) Place(rel string, r io.Reader) (string, error) {
 	return "", fmt.Errorf("placing artifacts needs openat2 (Linux): %w", sandbox.ErrUnsupported)
 }
 
+// Save is never reached: OpenPlacer fails.
+func (p *Placer) Save(_ context.Context, a sandbox.Artifact, r io.Reader) (string, error) {
+	return p.Place(a.Path, r)
+}
+
 // Close does nothing.
 func (p *Placer) Close() {}
 

@@ -1,10 +1,13 @@
 package artifact
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"path"
 	"strings"
+
+	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
 // Placer writes files that were judged elsewhere (by a server's artifact
@@ -45,6 +48,12 @@ func (p *Placer) Place(rel string, r io.Reader) (string, error) {
 		return "", fmt.Errorf("write %s: %w", rel, err)
 	}
 	return s.commit()
+}
+
+// Save is Place with the signature of the client's SaveFunc: it places
+// a server's artifact under its path a.Path.
+func (p *Placer) Save(_ context.Context, a sandbox.Artifact, r io.Reader) (string, error) {
+	return p.Place(a.Path, r)
 }
 
 // Close closes the folders the Placer opened.

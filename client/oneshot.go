@@ -71,7 +71,7 @@ func (c *Client) RunOnce(ctx context.Context, o OneShot) (res sandbox.Result, er
 	if err != nil {
 		return res, err
 	}
-	res.Artifacts, err = c.collect(ctx, s.ID, o.Save)
+	res.Artifacts, err = c.Collect(ctx, s.ID, o.Save)
 	return res, err
 }
 
@@ -87,10 +87,11 @@ func (c *Client) putInput(ctx context.Context, id string, in Input) error {
 	return nil
 }
 
-// collect lists the verdicts of /workspace/output and downloads each file
-// that may leave through save. The download is judged again on the
-// server; its verdict is the one reported.
-func (c *Client) collect(ctx context.Context, id string, save SaveFunc) ([]sandbox.Artifact, error) {
+// Collect lists the verdicts of the session's /workspace/output and
+// downloads each file that may leave through save (nil downloads none).
+// The download is judged again on the server; its verdict is the one
+// reported.
+func (c *Client) Collect(ctx context.Context, id string, save SaveFunc) ([]sandbox.Artifact, error) {
 	arts, err := c.Artifacts(ctx, id)
 	if err != nil {
 		return arts, err

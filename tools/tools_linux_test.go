@@ -7,14 +7,18 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/testsession"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	"github.com/airlock-sandbox/airlock/server"
 	"github.com/airlock-sandbox/airlock/tools"
 )
 
@@ -31,6 +35,50 @@ func newKit(t *testing.T) *tools.Kit {
 		t.Fatal(err)
 	}
 	return tools.NewKit(tools.Local(s), tools.Env{Image: testsession.Image, Limits: s.Policy().Limits}, tools.Options{OutputCap: 1024})
+}
+
+// newRemoteKit is newKit over tools.Remote: the session is one of an
+// airlock server (the HTTP API over a Manager of this process), reached
+// through the client.
+func newRemoteKit(t *testing.T) *tools.Kit {
+	t.Helper()
+	m := testsession.Manager(t, nil)
+	srv, err := server.New(server.Options{Manager: m, RateLimit: 1e6}) // one tenant, no keys
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	c, err := client.New(hs.URL, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx := context.Background()
+	pol := sandbox.Policy{Limits: sandbox.Limits{Timeout: sandbox.Duration(20 * time.Second)}}
+	s, err := c.CreateSession(ctx, api.CreateSession{Image: testsession.Image, Policy: &pol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := tools.Remote(c, s.ID)
+	t.Cleanup(func() {
+		if err := sb.Destroy(context.Background()); err != nil {
+			t.Errorf("destroying the session: %v", err)
+		}
+		if err := sb.Destroy(context.Background()); err != nil {
+			t.Errorf("a second destroy: %v", err)
+		}
+	})
+	if _, err := sb.Put(ctx, "/workspace/input/data.csv", strings.NewReader("a,b\n1,2\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	return tools.NewKit(sb, tools.Env{Image: testsession.Image, Limits: s.Limits}, tools.Options{OutputCap: 1024})
+}
+
+// bothKits runs f over a Local kit and over a Remote one.
+func bothKits(t *testing.T, f func(t *testing.T, k *tools.Kit, remote bool)) {
+	t.Run("local", func(t *testing.T) { f(t, newKit(t), false) })
+	t.Run("remote", func(t *testing.T) { f(t, newRemoteKit(t), true) })
 }
 
 func call(t *testing.T, k *tools.Kit, name string, args any) tools.Observation {
@@ -65,8 +113,9 @@ func expect(t *testing.T, what string, obs tools.Observation, isErr bool, wants 
 // TestCommandsAndFiles runs the command and file tools against a real
 // python sandbox: exit statuses, shortened output, timeouts, the folders
 // that are writable, reading in pieces, images, listings and verdicts.
-func TestCommandsAndFiles(t *testing.T) {
-	k := newKit(t)
+func TestCommandsAndFiles(t *testing.T) { bothKits(t, commandsAndFiles) }
+
+func commandsAndFiles(t *testing.T, k *tools.Kit, remote bool) {
 	expect(t, "echo", call(t, k, tools.RunCommand, map[string]any{"command": "echo hi; echo oops >&2; exit 3"}), true,
 		"exit 3", "--- stdout ---\nhi", "--- stderr ---\noops")
 	long := call(t, k, tools.RunCommand, map[string]any{"command": "seq 1 100000"})
@@ -106,7 +155,12 @@ func TestCommandsAndFiles(t *testing.T) {
 		t.Errorf("read_file of a PNG gave images %+v", pic.Images)
 	}
 	call(t, k, tools.RunCommand, map[string]any{"command": "head -c 3000 /dev/urandom > /tmp/blob"})
-	expect(t, "read binary", call(t, k, tools.ReadFile, map[string]any{"path": "/tmp/blob"}), false, "binary", "not shown")
+	if remote { // a server lets a file out only through its artifact filter
+		expect(t, "read binary", call(t, k, tools.ReadFile, map[string]any{"path": "/tmp/blob"}), true, "the artifact filter rejected /tmp/blob")
+	} else {
+		expect(t, "read binary", call(t, k, tools.ReadFile, map[string]any{"path": "/tmp/blob"}), false, "binary", "not shown")
+	}
+	expect(t, "read folder", call(t, k, tools.ReadFile, map[string]any{"path": "/workspace/output/notes"}), true, "invalid argument")
 
 	call(t, k, tools.RunCommand, map[string]any{"command": "printf '=1+1,x\\n' > output/formula.csv; echo '<script>alert(1)</script>' > output/page.html; ln -s /etc/passwd output/link.txt"})
 	expect(t, "list", call(t, k, tools.ListFiles, "{}"), false,
@@ -141,8 +195,9 @@ func TestBadCalls(t *testing.T) {
 // and figures come back (figures as images), errors carry the last frames
 // of their traceback, and a cell over its timeout is interrupted while
 // the context survives.
-func TestRunCode(t *testing.T) {
-	k := newKit(t)
+func TestRunCode(t *testing.T) { bothKits(t, runCode) }
+
+func runCode(t *testing.T, k *tools.Kit, _ bool) {
 	expect(t, "define", call(t, k, tools.RunCode, map[string]any{"code": "import math\nx = 21\ndef f(n):\n    return 1 / n"}), false)
 	expect(t, "state", call(t, k, tools.RunCode, map[string]any{"code": "print(x * 2)\nmath.sqrt(x * x)"}), false,
 		"--- stdout ---\n42", "result: 21.0")

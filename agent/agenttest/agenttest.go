@@ -33,6 +33,24 @@ type Request struct {
 	Body []byte
 }
 
+// Turn says where the conversation of a request stands: how many answers
+// of the model it holds, and the tool results that came after the last
+// one, by call id. A script picks its reply by the first and checks the
+// second.
+func (r Request) Turn() (answers int, results map[string]string) {
+	results = map[string]string{}
+	for _, m := range r.Messages {
+		switch m.Role {
+		case "assistant":
+			answers++
+			results = map[string]string{}
+		case "tool":
+			results[m.ToolCallID] = m.Content
+		}
+	}
+	return answers, results
+}
+
 // Message is one message of a request.
 type Message struct {
 	Role string

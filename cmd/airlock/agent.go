@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/agent"
+	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/artifact"
+	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/session"
 	"github.com/airlock-sandbox/airlock/tools"
@@ -31,6 +33,8 @@ the output). The task and the --input files' names, sizes and first rows go to t
 model; it calls run_code, run_command, write_file, read_file, list_files and
 list_artifacts in one session; the run ends when it answers or a limit is reached.
 Accepted artifacts land in --output, the transcript (JSONL) in --transcript.
+With AIRLOCK_URL set (and AIRLOCK_API_KEY), the session is one of that airlock
+serve, through its HTTP API; the key never reaches the model or the transcript.
 
 Exit status: 0 the model answered; 3 a limit ended the run (the summary says
 which); 4 the model endpoint failed (down, refused, too slow, not a chat
@@ -49,6 +53,9 @@ type agentOptions struct {
 	maxCost                                                    float64
 	policy                                                     sandbox.Policy
 	task                                                       string
+	// backendSet: --backend or AIRLOCK_BACKEND named one; a server
+	// (AIRLOCK_URL) otherwise picks its default.
+	backendSet bool
 }
 
 func parseAgent(env *cliEnv, args []string) (*agentOptions, error) {
@@ -105,6 +112,7 @@ func parseAgent(env *cliEnv, args []string) (*agentOptions, error) {
 		return nil, fmt.Errorf("--retries: %d is negative: %w", o.retries, sandbox.ErrInvalid)
 	}
 	o.task = fs.Arg(0)
+	o.backendSet = fs.backendNamed()
 	if o.transcript == "" && o.output != "" {
 		o.transcript = filepath.Join(o.output, "transcript.jsonl")
 	}
@@ -166,24 +174,34 @@ func agentInputs(o *agentOptions) ([]agent.Input, []agent.Skill, error) {
 	return inputs, skills, nil
 }
 
-// agentSandbox opens a session manager and one session for the agent, and
-// describes its image for the model.
-func agentSandbox(ctx context.Context, env *cliEnv, backend, image string, pol sandbox.Policy) (*session.Manager, *session.Session, tools.Env, error) {
-	if env.getenv("AIRLOCK_URL") != "" {
-		return nil, nil, tools.Env{}, fmt.Errorf("AIRLOCK_URL is set, but this build runs the agent on sessions of its own process only (the HTTP client is not in it yet); unset it: %w", sandbox.ErrUnsupported)
+// agentBox is the agent's session: of this process's Manager, or, with
+// AIRLOCK_URL set, of that airlock serve.
+type agentBox struct {
+	sb      tools.Sandbox
+	env     tools.Env // describes the image for the model
+	session agent.SessionInfo
+	close   func() // ends the session if the run did not, and what held it
+}
+
+// agentSandbox creates the agent's session. backendSet says that the
+// backend was named (--backend, AIRLOCK_BACKEND, a transcript); a server
+// otherwise picks its default.
+func agentSandbox(ctx context.Context, env *cliEnv, backend string, backendSet bool, image string, pol sandbox.Policy) (agentBox, error) {
+	if env.getenv(client.EnvURL) != "" {
+		return remoteAgentSandbox(ctx, env, backend, backendSet, image, pol)
 	}
 	be, err := newBackend(env, backend, backendOptions{})
 	if err != nil {
-		return nil, nil, tools.Env{}, err
+		return agentBox{}, err
 	}
 	m, err := newManager(ctx, env, be)
 	if err != nil {
-		return nil, nil, tools.Env{}, err
+		return agentBox{}, err
 	}
-	s, err := m.Create(ctx, session.CreateOptions{Image: image, Policy: pol, Metadata: map[string]string{"surface": "agent"}})
+	s, err := m.Create(ctx, session.CreateOptions{Image: image, Policy: pol, Metadata: agentMetadata})
 	if err != nil {
 		m.Close(context.WithoutCancel(ctx))
-		return nil, nil, tools.Env{}, err
+		return agentBox{}, err
 	}
 	te := tools.Env{Image: image, Limits: s.Policy().Limits}
 	if store := imageStore(env); store != nil {
@@ -191,7 +209,39 @@ func agentSandbox(ctx context.Context, env *cliEnv, backend, image string, pol s
 			te.About = img.Manifest.Definition.Description
 		}
 	}
-	return m, s, te, nil
+	return agentBox{sb: tools.Local(s), env: te, session: agent.SessionInfo{ID: s.ID(), Backend: backend, Image: image, Policy: s.Policy()},
+		close: func() { m.Close(context.WithoutCancel(ctx)) }}, nil
+}
+
+var agentMetadata = map[string]string{"surface": "agent"}
+
+// remoteAgentSandbox creates the agent's session on the airlock serve
+// that AIRLOCK_URL names (AIRLOCK_API_KEY its key). The server's image
+// store is its own: the model is told the image's name only.
+func remoteAgentSandbox(ctx context.Context, env *cliEnv, backend string, backendSet bool, image string, pol sandbox.Policy) (agentBox, error) {
+	c, err := client.FromEnv(env.getenv, client.Options{UserAgent: "airlock-agent"})
+	if err != nil {
+		return agentBox{}, err
+	}
+	req := api.CreateSession{Image: image, Policy: &pol, Metadata: agentMetadata}
+	if backendSet {
+		req.Backend = backend
+	}
+	s, err := c.CreateSession(ctx, req)
+	if err != nil {
+		c.Close()
+		return agentBox{}, err
+	}
+	pol.Limits = s.Limits
+	sb := tools.Remote(c, s.ID)
+	return agentBox{sb: sb, env: tools.Env{Image: s.Image, Limits: s.Limits},
+		session: agent.SessionInfo{ID: s.ID, Backend: s.Backend, Image: s.Image, Policy: pol},
+		close: func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			_ = sb.Destroy(dctx)
+			c.Close()
+		}}, nil
 }
 
 func runAgent(ctx context.Context, env *cliEnv, args []string) int {
@@ -240,14 +290,13 @@ func runAgent(ctx context.Context, env *cliEnv, args []string) int {
 		}
 		defer transcript.Close()
 	}
-	m, s, te, err := agentSandbox(ctx, env, o.backend, o.image, o.policy)
+	box, err := agentSandbox(ctx, env, o.backend, o.backendSet, o.image, o.policy)
 	if err != nil {
 		return fail(err)
 	}
-	defer m.Close(context.WithoutCancel(ctx))
-	te.Vision = o.vision
-	cfg := agent.Config{Task: o.task, Sandbox: tools.Local(s), Env: te, Inputs: inputs, Skills: skills,
-		Session: agent.SessionInfo{ID: s.ID(), Backend: o.backend, Image: o.image, Policy: s.Policy()},
+	defer box.close()
+	box.env.Vision = o.vision
+	cfg := agent.Config{Task: o.task, Sandbox: box.sb, Env: box.env, Inputs: inputs, Skills: skills, Session: box.session,
 		Model: agent.ModelOptions{BaseURL: o.baseURL, APIKey: env.getenv("OPENAI_API_KEY"), Model: o.model, Stream: !o.noStream,
 			Timeout: time.Duration(o.modelTimeout), Retries: retriesOption(o.retries)},
 		Limits: agent.Limits{MaxSteps: o.maxSteps, MaxTime: time.Duration(o.maxTime), MaxTokens: o.maxTokens, MaxCost: o.maxCost},
@@ -356,14 +405,14 @@ func runAgentReplay(ctx context.Context, env *cliEnv, args []string) int {
 	if skillsDir == "" {
 		skills = nil
 	}
-	m, s, te, err := agentSandbox(ctx, env, start.Session.Backend, start.Session.Image, start.Session.Policy)
+	box, err := agentSandbox(ctx, env, start.Session.Backend, start.Session.Backend != "", start.Session.Image, start.Session.Policy)
 	if err != nil {
 		env.errorf("airlock agent replay: %s", errText(err))
 		return sandbox.ExitFailed
 	}
-	defer m.Close(context.WithoutCancel(ctx))
-	te.Vision = start.Vision
-	cfg := agent.ReplayConfig{Records: recs, Sandbox: tools.Local(s), Env: te, Inputs: in, Skills: skills}
+	defer box.close()
+	box.env.Vision = start.Vision
+	cfg := agent.ReplayConfig{Records: recs, Sandbox: box.sb, Env: box.env, Inputs: in, Skills: skills}
 	if !asJSON {
 		cfg.Progress = env.stderr
 	}

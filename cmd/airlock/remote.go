@@ -68,7 +68,7 @@ func runRemote(ctx context.Context, env *cliEnv, args []string) int {
 			return fail(fmt.Errorf("--output: %w", err))
 		}
 		defer p.Close()
-		one.Save = func(_ context.Context, a sandbox.Artifact, r io.Reader) (string, error) { return p.Place(a.Path, r) }
+		one.Save = p.Save
 	}
 	var term *termsafe.Terminal
 	if !o.json {

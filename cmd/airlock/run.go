@@ -83,8 +83,7 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 	if err := fs.parse(args); err != nil {
 		return nil, err
 	}
-	o.backendSet = env.getenv("AIRLOCK_BACKEND") != ""
-	fs.Visit(func(f *flag.Flag) { o.backendSet = o.backendSet || f.Name == "backend" })
+	o.backendSet = fs.backendNamed()
 	o.policy.Strict = o.strict
 	for _, kv := range o.envs {
 		k, v, err := sandbox.ParseEnv(kv)

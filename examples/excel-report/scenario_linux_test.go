@@ -154,18 +154,10 @@ var (
 // conversation holds, so that each request gets the reply its place asks.
 func scripted(t *testing.T, steps []step) func(agenttest.Request) agenttest.Reply {
 	return func(req agenttest.Request) agenttest.Reply {
-		k := 0
-		results := map[string]string{}
-		for _, m := range req.Messages {
-			switch m.Role {
-			case "assistant":
-				k++
-				results = map[string]string{}
-			case "tool":
-				results[m.ToolCallID] = m.Content
-				if strings.Contains(m.Content, key) || strings.Contains(m.Content, "OPENAI") {
-					t.Errorf("an observation holds the key or the endpoint's settings: %s", m.Content)
-				}
+		k, results := req.Turn()
+		for _, obs := range results {
+			if strings.Contains(obs, key) || strings.Contains(obs, "OPENAI") {
+				t.Errorf("an observation holds the key or the endpoint's settings: %s", obs)
 			}
 		}
 		if k >= len(steps) {
