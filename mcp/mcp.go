@@ -465,5 +465,16 @@ func (s *Server) Handler(keys *server.Keys) http.Handler {
 	return auth.RequireBearerToken(verify, nil)(h)
 }
 
-// Close destroys every session the server made.
-func (s *Server) Close(ctx context.Context) { s.destroyAll(ctx) }
+// Close ends every MCP session (an HTTP client's lives on after the
+// client has gone, until its timeout) and destroys every sandbox session
+// the server made.
+func (s *Server) Close(ctx context.Context) {
+	var open []*sdk.ServerSession
+	for ss := range s.srv.Sessions() {
+		open = append(open, ss)
+	}
+	for _, ss := range open {
+		_ = ss.Close()
+	}
+	s.destroyAll(ctx)
+}
