@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent/agenttest"
 	"github.com/airlock-sandbox/airlock/artifact"
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testsession"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/session"
@@ -29,24 +28,6 @@ func TestMain(m *testing.M) {
 
 const key = "sk-live-QzL8vN3pT6wY1bR4cE7hJ0kM"
 
-// syncBuffer is a buffer that the loop and the test may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // harness is one run's world: a session manager, a scripted model, an
 // input file, an output folder, the transcript and the progress.
 type harness struct {
@@ -54,12 +35,12 @@ type harness struct {
 	model                *agenttest.Model
 	cfg                  agent.Config
 	out                  string
-	transcript, progress *syncBuffer
+	transcript, progress *testenv.Buffer
 }
 
 func newHarness(t *testing.T, stream bool, script agenttest.Script) *harness {
 	t.Helper()
-	h := &harness{m: testsession.Manager(t, nil), transcript: &syncBuffer{}, progress: &syncBuffer{}}
+	h := &harness{m: testsession.Manager(t, nil), transcript: &testenv.Buffer{}, progress: &testenv.Buffer{}}
 	h.model = agenttest.New(t, key, script)
 	dir := t.TempDir()
 	in := filepath.Join(dir, "sales.csv")

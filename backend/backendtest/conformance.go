@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/artifact"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -532,7 +533,7 @@ func (s *suite) testProcesses(t *testing.T) {
 	timeout := s.scaled(2 * time.Second)
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = timeout }))
 	ctx := context.Background()
-	var kaOut syncBuffer
+	var kaOut testenv.Buffer
 	ka, err := inst.Start(ctx, sandbox.ProcessSpec{KeepAlive: true, Stdout: &kaOut,
 		Cmd: []string{"sh", "-c", "sleep 300 & echo child $!; trap 'exit 7' TERM; while :; do sleep 0.1; done"}})
 	if err != nil {
@@ -616,24 +617,6 @@ func (s *suite) testProcesses(t *testing.T) {
 	if _, err := inst.Start(ctx, sandbox.ProcessSpec{Cmd: []string{"true"}}); !errors.Is(err, sandbox.ErrDestroyed) {
 		t.Errorf("Start after Destroy: %v, want ErrDestroyed", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and many readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // testQuickProcesses runs many short processes back to back, and some at

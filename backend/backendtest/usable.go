@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -124,7 +125,7 @@ func (s *suite) testChannelAttack(t *testing.T) {
 	inst := s.create(t, Policy(t, func(p *sandbox.Policy) { p.Limits.Timeout = s.scaled(20 * time.Second) }))
 	ctx := context.Background()
 	mark := randomMark(t)
-	var kaOut syncBuffer
+	var kaOut testenv.Buffer
 	ka, err := inst.Start(ctx, sandbox.ProcessSpec{KeepAlive: true, Stdout: &kaOut,
 		Cmd: []string{"sh", "-c", "echo ka; while :; do sleep 0.1; done"}})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/native"
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -159,17 +160,7 @@ func TestHostIDs(t *testing.T) {
 }
 
 // initPids lists the sandbox inits this test process started.
-func initPids() []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.HasPrefix(string(b), "airlock-sandbox-init") && parentOf(e.Name()) == os.Getpid() {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
+func initPids() []string { return leakcheck.InitPids(os.Getpid()) }
 
 // nsOwner asks the kernel which host uid owns process pid's user namespace.
 func nsOwner(pid string) (uint32, error) {

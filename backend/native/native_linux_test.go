@@ -2,9 +2,6 @@ package native_test
 
 import (
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
@@ -29,33 +26,11 @@ func leftovers() []string { return leftoversOf(os.Getpid()) }
 
 // leftoversOf lists the init processes and cgroups of airlock process pid.
 func leftoversOf(pid int) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.HasPrefix(string(b), "airlock-sandbox-init") && parentOf(e.Name()) == pid {
-			out = append(out, "process "+e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
+	out := leakcheck.Inits(pid)
 	for _, d := range leakcheck.Cgroups(pid) {
 		out = append(out, "cgroup "+d)
 	}
 	return out
-}
-
-// parentOf reads a process's parent pid; 0 if it is gone.
-func parentOf(pid string) int {
-	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
 }
 
 func TestSuite(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-sandbox/airlock/agent/agenttest"
 	"github.com/airlock-sandbox/airlock/artifact"
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testsession"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/session"
@@ -171,24 +172,6 @@ func scripted(t *testing.T, steps []step) func(agenttest.Request) agenttest.Repl
 	}
 }
 
-// syncBuffer is a buffer the loop and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // scenario runs the loop through a real python sandbox with the repo's
 // skills against a scripted model, and checks what it leaves.
 func scenario(t *testing.T, plan, stream bool, script func(agenttest.Request) agenttest.Reply) agent.Report {
@@ -201,7 +184,7 @@ func scenario(t *testing.T, plan, stream bool, script func(agenttest.Request) ag
 	model := agenttest.New(t, key, func(_ int, req agenttest.Request) agenttest.Reply { return script(req) })
 	s := testsession.Python(t, m, sandbox.Policy{Limits: sandbox.Limits{Timeout: sandbox.Duration(2 * time.Minute), MemoryBytes: 1 << 30}})
 	out := t.TempDir()
-	var transcript, progress syncBuffer
+	var transcript, progress testenv.Buffer
 	rep, err := agent.Run(context.Background(), agent.Config{
 		Task: "Find anomalies in this table and make a short PowerPoint deck about them", Sandbox: tools.Local(s),
 		Session: agent.SessionInfo{ID: s.ID(), Backend: "native", Image: testsession.Image, Policy: s.Policy()},

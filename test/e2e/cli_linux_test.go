@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -113,7 +114,7 @@ func TestRunClient(t *testing.T) {
 	if list, err := c.ListSessions(ctx(t, time.Minute)); err != nil || len(list) != 0 {
 		t.Errorf("sessions left on the server: %+v %v", list, err)
 	}
-	if n := len(sandboxInits(s.pid)); n != 0 {
+	if n := len(leakcheck.Inits(s.pid)); n != 0 {
 		t.Errorf("%d sandboxes left on the server", n)
 	}
 }

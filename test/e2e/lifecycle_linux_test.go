@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 )
 
 // isolationBodies are the bodies tenant B sends on A's routes: each would
@@ -228,7 +229,7 @@ func TestGracefulShutdown(t *testing.T) {
 // their start times, so that stillAlive is not fooled by a reused pid.
 func sandboxInitPids(pid int) map[string]string {
 	out := map[string]string{}
-	for _, line := range sandboxInits(pid) {
+	for _, line := range leakcheck.Inits(pid) {
 		p := strings.TrimSuffix(strings.Fields(line)[1], ":")
 		out[p] = startTime(p)
 	}

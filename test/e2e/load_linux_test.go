@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -110,7 +111,7 @@ func TestLoad(t *testing.T) {
 		if n := countFDs(strconv.Itoa(s.pid)); n > serverFDs+2 {
 			left = append(left, fmt.Sprintf("%d descriptors in the server, %d before", n, serverFDs))
 		}
-		if inits := sandboxInits(s.pid); len(inits) > 0 {
+		if inits := leakcheck.Inits(s.pid); len(inits) > 0 {
 			left = append(left, fmt.Sprintf("%d sandboxes", len(inits)))
 		}
 		if l := leftovers(s.pid, ""); len(l) > 0 {

@@ -244,37 +244,6 @@ func (s *server) client(t testing.TB, key string, opts client.Options) *client.C
 	return c
 }
 
-// sandboxInits lists the sandbox init processes whose parent is pid.
-func sandboxInits(pid int) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.HasPrefix(b, []byte("airlock-sandbox-init")) && parentOf(e.Name()) == pid {
-			out = append(out, "process "+e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	return out
-}
-
-// parentOf reads a process's parent pid; 0 if it is gone.
-func parentOf(pid string) int {
-	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
-}
-
 // leftovers lists what airlock process pid left on the host: sandbox init
 // processes it started, cgroup folders named after it in any hierarchy,
 // however deep its own cgroup is (native names them …/airlock/PID-START-ID),
@@ -287,7 +256,7 @@ func leftovers(pid int, tmp string) []string {
 	// a sandbox's init dies with its server, but the kernel may take a
 	// moment to finish it
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		out = sandboxInits(pid)
+		out = leakcheck.Inits(pid)
 		if len(out) == 0 || time.Now().After(deadline) {
 			break
 		}

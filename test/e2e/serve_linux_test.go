@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/client"
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -416,7 +417,7 @@ func TestTTLExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(sandboxInits(s.pid)); n != 1 {
+	if n := len(leakcheck.Inits(s.pid)); n != 1 {
 		t.Errorf("%d sandboxes while the session lives, want 1", n)
 	}
 	if _, err := c.Exec(cx, sess.ID, sh("true")); err != nil {
@@ -431,7 +432,7 @@ func TestTTLExpiry(t *testing.T) {
 	if _, err := c.GetSession(cx, sess.ID); !errors.Is(err, client.ErrEnded) {
 		t.Errorf("get after the TTL: %v, want ErrEnded", err)
 	}
-	if n := len(sandboxInits(s.pid)); n != 0 {
+	if n := len(leakcheck.Inits(s.pid)); n != 0 {
 		t.Errorf("%d sandboxes after the TTL, want 0", n)
 	}
 	// a TTL made longer keeps a session past its first one
