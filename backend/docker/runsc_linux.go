@@ -77,7 +77,6 @@ func (i *instance) startRunsc(ctx context.Context, spec command.Spec, ps sandbox
 		serr := i.sb.Sweeping(nil, func(spare []int) error { return i.helper(sctx, command.ReapArgs(sandboxUID, 0, spare)) })
 		return nil, errors.Join(err, serr)
 	}
-	release()
 	p := &runscProcess{inst: i, execID: e.id, e: e, pid: pid, out: out, exited: make(chan struct{}), usage: cgstat.Begin(i.stat)}
 	cfg := procs.Config{ID: id, Spec: spec, Stdout: stdout, Stderr: stderr, Output: out,
 		KeepAlive: ps.KeepAlive, PID: pid, Weakened: i.weakened, Started: started, Ops: p}
@@ -92,7 +91,10 @@ func (i *instance) startRunsc(ctx context.Context, spec command.Spec, ps sandbox
 		})
 	}
 	i.sb.Go(p.follow)
-	return procs.Run(i.sb, cfg), nil
+	// placed only once tracked: a sweep in between would not spare it
+	proc := procs.Run(i.sb, cfg)
+	release()
+	return proc, nil
 }
 
 // runscProcess is one process under runsc, known by its pid inside.

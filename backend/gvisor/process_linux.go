@@ -78,9 +78,8 @@ func (i *instance) startProcess(ctx context.Context, spec command.Spec, ps sandb
 		// pid: it is followed as any other, and spares no tree
 		i.backend.opts.Logger.Debug("process pid unknown", "sandbox", i.id, "err", err)
 	}
-	placed()
-	placed = nil
 	p.usage = cgstat.Begin(i.stat)
+	// placed only once tracked: a sweep in between would not spare it
 	return procs.Run(i.sb, procs.Config{ID: id, Spec: spec, Stdout: stdout, Stderr: stderr, Output: out, Stdin: stdin,
 		KeepAlive: ps.KeepAlive, PID: p.pid, Weakened: i.weakened, Started: started, Ops: p}), nil
 }

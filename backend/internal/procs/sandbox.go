@@ -141,7 +141,8 @@ func (s *Sandbox) Wait(d time.Duration) bool {
 func (s *Sandbox) NextID() string { return fmt.Sprintf("p%d", s.seq.Add(1)) }
 
 // Placing holds off sweeps until the returned function is called: from
-// before the runtime starts a process until the host has placed it.
+// before the runtime starts a process until Run tracks it, so that every
+// sweep either runs before the process exists or spares it.
 func (s *Sandbox) Placing() func() {
 	s.placing.RLock()
 	return s.placing.RUnlock
