@@ -41,8 +41,9 @@ type backendCase struct {
 	make func(t testing.TB) sandbox.Backend
 }
 
-// backends lists the backends the suite runs on: native always; docker
-// and gVisor join once they implement the v2 interface here.
+// backends lists the backends every program runs on: native;
+// TestOtherBackends runs the commands and code programs on docker and
+// gVisor too.
 func backends() []backendCase {
 	return []backendCase{{"native", func(t testing.TB) sandbox.Backend { return native.New(native.Options{}) }}}
 }
