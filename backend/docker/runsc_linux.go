@@ -164,10 +164,24 @@ func (p *runscProcess) Kill(ctx context.Context) error {
 // is not in the tree of a live process.
 func (p *runscProcess) Sweep(ctx context.Context, spare []int) error {
 	err := p.inst.helper(ctx, command.ReapArgs(sandboxUID, p.pid, spare))
-	if err != nil && p.inst.stopped(ctx) {
+	if err != nil && p.inst.stoppedWithin(ctx, 5*time.Second) {
 		return nil // the container ended: nothing is left in it
 	}
 	return err
+}
+
+// stoppedWithin tells whether the container stops within d: runsc may
+// refuse an exec ("cannot exec in a stopped state") before the daemon
+// has seen the container end.
+func (i *instance) stoppedWithin(ctx context.Context, d time.Duration) bool {
+	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+		if i.stopped(ctx) {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+	}
 }
 
 // Usage reads the container's counters (the host cannot tell one
