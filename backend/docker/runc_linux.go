@@ -99,7 +99,8 @@ type runcProcess struct {
 	execID string
 	fifos  *hostdir.FIFOs
 	cg     *procCgroup
-	pid    int // host pid
+	pid    int        // host pid
+	fdMu   sync.Mutex // guards pidfd between Signal and Release
 	pidfd  int
 	usage  cgstat.Usage
 	exited chan struct{}
@@ -196,7 +197,7 @@ func execStatus(ctx context.Context, i *instance, execID string) (int, error) {
 
 // Signal signals the process through its pidfd.
 func (p *runcProcess) Signal(ctx context.Context, sig syscall.Signal) error {
-	err := unix.PidfdSendSignal(p.pidfd, sig, nil, 0)
+	err := p.pidfdSignal(sig)
 	if errors.Is(err, unix.ESRCH) {
 		return nil
 	}
@@ -205,8 +206,20 @@ func (p *runcProcess) Signal(ctx context.Context, sig syscall.Signal) error {
 
 // Kill kills the process and everything in its cgroup.
 func (p *runcProcess) Kill(ctx context.Context) error {
-	_ = unix.PidfdSendSignal(p.pidfd, unix.SIGKILL, nil, 0)
+	_ = p.pidfdSignal(unix.SIGKILL)
 	return p.cg.kill()
+}
+
+// pidfdSignal sends sig through the pidfd, unless Release has closed it
+// (the process ended and was waited for): a closed descriptor's number
+// may already name another file.
+func (p *runcProcess) pidfdSignal(sig syscall.Signal) error {
+	p.fdMu.Lock()
+	defer p.fdMu.Unlock()
+	if p.pidfd < 0 {
+		return nil
+	}
+	return unix.PidfdSendSignal(p.pidfd, sig, nil, 0)
 }
 
 // Sweep kills what the process left in its cgroup, and the sandbox
@@ -228,6 +241,8 @@ func (p *runcProcess) Release() {
 		p.inst.backend.opts.Logger.Warn("removing a process's cgroup", "sandbox", p.inst.id, "err", err)
 	}
 	p.fifos.Close()
+	p.fdMu.Lock()
+	defer p.fdMu.Unlock()
 	if p.pidfd >= 0 {
 		unix.Close(p.pidfd)
 		p.pidfd = -1
