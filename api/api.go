@@ -5,6 +5,7 @@
 package api
 
 import (
+	"errors"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -30,9 +31,70 @@ type Error struct {
 	Code string `json:"code"`
 	// Message says what went wrong, for a person.
 	Message string `json:"message"`
+	// Status is the HTTP status that carried the error. It is not part of
+	// the body: the Go client sets it from the response.
+	Status int `json:"-"`
+	// RetryAfter is the wait a Retry-After header asked for (with 429 and
+	// 503), zero when there was none. The Go client sets it.
+	RetryAfter time.Duration `json:"-"`
 }
 
+// Error says the code and the message.
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// Is makes errors.Is match an Error against the sentinel of its code:
+// ErrUnauthorized, ErrRejected, ErrEnded, ErrTooLarge, ErrRateLimited,
+// ErrTimeout, ErrUnavailable and ErrInternal, and package sandbox's
+// ErrInvalid, ErrNotFound, ErrExist, ErrLimit and ErrUnsupported for the
+// codes that the server maps from them.
+func (e *Error) Is(target error) bool {
+	s, ok := codeSentinels[e.Code]
+	return ok && s == target
+}
+
+// Sentinels of the error codes that package sandbox has none for; an
+// *Error matches the one of its code (see Error.Is).
+var (
+	ErrUnauthorized = errors.New("unauthorized")
+	ErrRejected     = errors.New("rejected by the artifact filter")
+	ErrEnded        = errors.New("session ended")
+	ErrTooLarge     = errors.New("request too large")
+	ErrRateLimited  = errors.New("rate limited")
+	ErrTimeout      = errors.New("request timed out")
+	ErrUnavailable  = errors.New("server unavailable")
+	ErrInternal     = errors.New("internal server error")
+)
+
+var codeSentinels = map[string]error{
+	CodeInvalid:      sandbox.ErrInvalid,
+	CodeUnauthorized: ErrUnauthorized,
+	CodeForbidden:    ErrRejected,
+	CodeNotFound:     sandbox.ErrNotFound,
+	CodeConflict:     sandbox.ErrExist,
+	CodeEnded:        ErrEnded,
+	CodeTooLarge:     ErrTooLarge,
+	CodeLimit:        sandbox.ErrLimit,
+	CodeRateLimited:  ErrRateLimited,
+	CodeTimeout:      ErrTimeout,
+	CodeUnsupported:  sandbox.ErrUnsupported,
+	CodeUnavailable:  ErrUnavailable,
+	CodeInternal:     ErrInternal,
+}
+
+// StatusOf is the HTTP status that carries code; 500 for a code it does
+// not know.
+func StatusOf(code string) int {
+	if s, ok := codeStatus[code]; ok {
+		return s
+	}
+	return 500
+}
+
+var codeStatus = map[string]int{
+	CodeInvalid: 400, CodeUnauthorized: 401, CodeForbidden: 403, CodeNotFound: 404,
+	CodeTimeout: 408, CodeConflict: 409, CodeEnded: 410, CodeTooLarge: 413, CodeLimit: 429,
+	CodeRateLimited: 429, CodeInternal: 500, CodeUnsupported: 501, CodeUnavailable: 503,
+}
 
 // Error codes and the HTTP statuses that carry them.
 const (
@@ -40,6 +102,7 @@ const (
 	CodeUnauthorized = "unauthorized" // 401
 	CodeForbidden    = "forbidden"    // 403: an artifact the filter rejected
 	CodeNotFound     = "not_found"    // 404
+	CodeTimeout      = "timeout"      // 408: the body did not arrive in time
 	CodeConflict     = "conflict"     // 409: already exists
 	CodeEnded        = "ended"        // 410: the session existed and ended
 	CodeTooLarge     = "too_large"    // 413

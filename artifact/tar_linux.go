@@ -12,14 +12,6 @@ import (
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
-// PAX records by which a stream's writer says what a tar header cannot:
-// PAXLinks, the link count of a regular file (more than 1: a hard link),
-// and PAXType "socket" on the FIFO entry that stands for a socket.
-const (
-	PAXLinks = "AIRLOCK.nlink"
-	PAXType  = "AIRLOCK.type"
-)
-
 // tarTypeReason is, as typeReason for a folder's entries, why an entry
 // of a stream cannot pass: all but folders and regular files of one link.
 func tarTypeReason(h *tar.Header) string {
@@ -27,7 +19,7 @@ func tarTypeReason(h *tar.Header) string {
 	case tar.TypeDir:
 		return ""
 	case tar.TypeReg:
-		if n := h.PAXRecords[PAXLinks]; n != "" && n != "1" {
+		if n := h.PAXRecords[sandbox.PAXLinks]; n != "" && n != "1" {
 			return fmt.Sprintf("hard link (%s names for one file)", n)
 		}
 		return ""
@@ -36,7 +28,7 @@ func tarTypeReason(h *tar.Header) string {
 	case tar.TypeSymlink:
 		return "symbolic link (not followed)"
 	case tar.TypeFifo:
-		if h.PAXRecords[PAXType] == "socket" {
+		if h.PAXRecords[sandbox.PAXType] == "socket" {
 			return "socket"
 		}
 		return "FIFO (named pipe)"

@@ -1,7 +1,6 @@
 package egress
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
@@ -10,10 +9,10 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -444,7 +443,7 @@ func TestCloseCancelsLookups(t *testing.T) {
 }
 
 func TestLogsDecisions(t *testing.T) {
-	var buf syncBuffer
+	var buf testenv.Buffer
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -460,22 +459,4 @@ func TestLogsDecisions(t *testing.T) {
 	if !strings.Contains(buf.String(), want) {
 		t.Errorf("log %q does not contain %q", buf.String(), want)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the proxy's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

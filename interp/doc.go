@@ -13,12 +13,27 @@
 // fork bomb, exit), the context is restarted and a restarted event says
 // so. The sandbox is not touched either way.
 //
-// The runner is Python (runner/runner.py, the standard library only): for
-// Python it is the kernel itself, using IPython's InteractiveShell and
-// display formatters where the image has IPython and a small kernel of its
-// own elsewhere; for bash and JavaScript it supervises a persistent bash,
-// or node running runner/kernel.js. Its source travels on its command
-// line; nothing is written into the sandbox for it.
+// The runner is Python (runner/runner.py, the standard library only), its
+// source passed on its command line, so that nothing of it is written into
+// the sandbox:
+//
+//   - Python: IPython's InteractiveShell where the image has it, the way a
+//     notebook kernel runs it: its display formatters make the bundles
+//     (_repr_html_ for a DataFrame, PNGs of figures through
+//     matplotlib-inline's backend, which shows figures shown or left open
+//     after each cell and closes them) and its tracebacks the errors.
+//     Elsewhere (the host image) a stdlib kernel: exec all but the last
+//     statement, eval the last, repr and the _repr_*_ methods for the
+//     bundle, top-level await, display(), and an Agg backend of its own
+//     for matplotlib whose show() sends PNGs.
+//   - bash: one interactive bash without readline, history or prompts;
+//     each call is eval'd at the top level and its exit status reported,
+//     an error event named ExitCode when it is not 0. SIGINT goes to bash's
+//     process group, as a terminal's Ctrl-C does.
+//   - JavaScript: node running runner/kernel.js under the runner: one vm
+//     context, the last expression's value through util.inspect (and JSON
+//     for plain objects), top-level await through node's own REPL
+//     rewriting, display() and display.html, .png, .svg, .markdown, .json.
 //
 // Events come back on a channel of their own, never the code's stdout:
 // length-prefixed JSON frames on a FIFO that a relay process copies to the

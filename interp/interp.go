@@ -426,9 +426,17 @@ func (c *Context) replace(ctx context.Context, g *generation, why string, x *Exe
 		sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), c.opts.StartTimeout)
 		defer cancel()
 	}
+	if c.closed.Load() {
+		return ErrClosed
+	}
 	ng, err := c.startGeneration(sctx)
 	if err != nil {
 		return fmt.Errorf("restart after %s: %w", why, err)
+	}
+	if c.closed.Load() {
+		// Close came while it started; Close's kill may have missed it
+		c.kill(ng)
+		return ErrClosed
 	}
 	c.setGen(ng)
 	x.Restarted = true

@@ -2,19 +2,18 @@ package interp_test
 
 import (
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/backend/microvm"
 	"github.com/airlock-sandbox/airlock/backend/native"
-	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/interp"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -40,6 +39,40 @@ func nativeBackend(t testing.TB) *native.Backend {
 	return backend
 }
 
+var (
+	microvmOnce sync.Once
+	microvmBe   *microvm.Backend
+)
+
+// microvmBackend is the microvm backend (under TCG unless
+// AIRLOCK_MICROVM_ACCEL says otherwise) with the python image's store's
+// cache and the CI's guest kernels: AIRLOCK_INTERP_BACKEND=microvm runs
+// these tests in machines.
+func microvmBackend(t testing.TB) *microvm.Backend {
+	t.Helper()
+	testenv.Require(t, "root", testenv.Root())
+	img := pythonImage(t)
+	microvmOnce.Do(func() {
+		accel := os.Getenv("AIRLOCK_MICROVM_ACCEL")
+		if accel == "" {
+			accel = microvm.AccelTCG
+		}
+		kernels := os.Getenv("AIRLOCK_MICROVM_KERNELS")
+		if kernels == "" {
+			cache := os.Getenv("AIRLOCK_CI_CACHE")
+			if cache == "" {
+				cache = "/var/cache/airlock-ci"
+			}
+			kernels = filepath.Join(cache, "kernels")
+		}
+		// the image's folder is STORE/NAME/rootfs
+		store := filepath.Dir(filepath.Dir(img.RootFS))
+		microvmBe = microvm.New(microvm.Options{KernelDir: kernels, CacheDir: filepath.Join(store, ".microvm"), Accel: accel})
+	})
+	testenv.Require(t, "the microvm backend", microvmBe.Probe(context.Background()))
+	return microvmBe
+}
+
 // newSandbox creates a sandbox of img with the default policy changed by
 // mod, destroyed when t ends.
 func newSandbox(t testing.TB, img sandbox.Image, mod func(*sandbox.Policy)) sandbox.Instance {
@@ -52,7 +85,20 @@ func newSandbox(t testing.TB, img sandbox.Image, mod func(*sandbox.Policy)) sand
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst, err := nativeBackend(t).Create(context.Background(), sandbox.Spec{Image: img, Policy: p})
+	be := sandbox.Backend(nil)
+	if os.Getenv("AIRLOCK_INTERP_BACKEND") == "microvm" {
+		// a machine runs built images only: the python image stands in
+		// for the host's folders (it has python3, bash and node)
+		be = microvmBackend(t)
+		if img.IsHost() {
+			img = pythonImage(t)
+		}
+	} else {
+		be = nativeBackend(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	inst, err := be.Create(ctx, sandbox.Spec{Image: img, Policy: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,42 +113,11 @@ func newSandbox(t testing.TB, img sandbox.Image, mod func(*sandbox.Policy)) sand
 func hostSandbox(t testing.TB) sandbox.Instance { return newSandbox(t, sandbox.HostImage(), nil) }
 
 // pythonImage is the built python image, or a skip (a failure under CI).
-// It looks where backend/internal/testimage does (which interp cannot
-// import): $AIRLOCK_HOME's store, else the newest store of the CI cache.
 func pythonImage(t testing.TB) sandbox.Image {
 	t.Helper()
-	img, err := findPythonImage()
+	img, err := testimage.Resolve()
 	testenv.Require(t, "the python image (bash .ci/lib/image.sh builds it; set AIRLOCK_HOME to the folder it prints)", err)
 	return img
-}
-
-func findPythonImage() (sandbox.Image, error) {
-	var dirs []string
-	if h := os.Getenv("AIRLOCK_HOME"); h != "" {
-		dirs = append(dirs, filepath.Join(h, "images"))
-	}
-	cache := os.Getenv("AIRLOCK_CI_CACHE")
-	if cache == "" {
-		cache = "/var/cache/airlock-ci"
-	}
-	homes, _ := filepath.Glob(filepath.Join(cache, "home-*", "images"))
-	sort.Slice(homes, func(i, j int) bool { return modTime(homes[i]) > modTime(homes[j]) })
-	for _, d := range append(dirs, homes...) {
-		if s, err := image.OpenStore(d); err == nil {
-			if img, err := image.Resolve(s, "python"); err == nil {
-				return img, nil
-			}
-		}
-	}
-	return sandbox.Image{}, errors.New("no python image in $AIRLOCK_HOME or the CI cache")
-}
-
-func modTime(p string) int64 {
-	st, err := os.Stat(p)
-	if err != nil {
-		return 0
-	}
-	return st.ModTime().UnixNano()
 }
 
 // start starts a context, closed when t ends.

@@ -72,8 +72,18 @@ func TestBashForkBomb(t *testing.T) {
 }
 
 func TestJavaScript(t *testing.T) {
-	inst := hostSandbox(t)
+	// the host's node (20 here) and the python image's (Debian's 18)
+	for _, img := range []struct {
+		name  string
+		image func(testing.TB) sandbox.Image
+	}{{"host", func(testing.TB) sandbox.Image { return sandbox.HostImage() }}, {"python-image", pythonImage}} {
+		t.Run(img.name, func(t *testing.T) { testJavaScript(t, newSandbox(t, img.image(t), nil)) })
+	}
+}
+
+func testJavaScript(t *testing.T, inst sandbox.Instance) {
 	c := start(t, inst, interp.Options{Language: interp.JavaScript})
+	t.Logf("runner: %s", c.Runner())
 	if !strings.HasPrefix(c.Runner(), "node v") {
 		t.Errorf("runner %q", c.Runner())
 	}

@@ -54,6 +54,10 @@ func TestPythonState(t *testing.T) {
 		if text(x) != "42" || x.Stdout != "x is 40\n" || x.ExecutionCount != 2 {
 			t.Errorf("second call: result %q stdout %q count %d, want 42, \"x is 40\\n\", 2", text(x), x.Stdout, x.ExecutionCount)
 		}
+		x = ok(t, run(t, c, "{'x': [x, None, 'é']}", 30*time.Second))
+		if r := x.Results[0]; r[interp.MIMEJSON] != `{"x":[40,null,"\u00e9"]}` || r[interp.MIMEText] != "{'x': [40, None, 'é']}" {
+			t.Errorf("a dict: %v", r)
+		}
 		x = ok(t, run(t, c, "json.dumps({'x': x});", 30*time.Second))
 		if len(x.Results) != 0 {
 			t.Errorf("a trailing semicolon showed %q", text(x))
@@ -63,8 +67,12 @@ func TestPythonState(t *testing.T) {
 			t.Errorf("display: %s %+v", events(x), x.Events)
 		}
 		last := x.Events[len(x.Events)-1]
-		if last.Type != interp.EventEnd || last.ExecutionCount != 4 || last.DurationMS <= 0 {
+		if last.Type != interp.EventEnd || last.ExecutionCount != 5 || last.DurationMS <= 0 {
 			t.Errorf("end event %+v", last)
+		}
+		// a lone surrogate is no UTF-8: it comes as U+FFFD
+		if x := ok(t, run(t, c, "type('X', (), {'__repr__': lambda s: 'a\\udc80b'})()", 30*time.Second)); text(x) != "a\uFFFDb" {
+			t.Errorf("a repr with a lone surrogate: %q", text(x))
 		}
 	})
 }
@@ -336,5 +344,32 @@ func TestRestartAndClose(t *testing.T) {
 	}
 	if err := c.Close(context.Background()); err != nil {
 		t.Errorf("a second Close: %v", err)
+	}
+}
+
+func TestRunContextEnds(t *testing.T) {
+	inst := hostSandbox(t)
+	c := start(t, inst, interp.Options{})
+	ok(t, run(t, c, "kept = 1", 30*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	x, err := c.Run(ctx, "import time\ntime.sleep(60)", 0, nil)
+	if !errors.Is(err, context.DeadlineExceeded) || !x.Interrupted || errorName(x) != "KeyboardInterrupt" {
+		t.Errorf("a call whose ctx ended: %v, %s", err, events(x))
+	}
+	if x := ok(t, run(t, c, "kept", 30*time.Second)); text(x) != "1" {
+		t.Errorf("after it: %s", events(x))
+	}
+}
+
+func TestSandboxDestroyed(t *testing.T) {
+	inst := hostSandbox(t)
+	c := start(t, inst, interp.Options{})
+	ok(t, run(t, c, "1", 30*time.Second))
+	if err := inst.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Run(context.Background(), "1", 30*time.Second, nil); !errors.Is(err, sandbox.ErrDestroyed) {
+		t.Errorf("a call after the sandbox was destroyed: %v, want ErrDestroyed", err)
 	}
 }

@@ -38,8 +38,11 @@ const relayScript = `umask 077 && mkfifo -- "$1" && exec cat -- "$1"`
 // transportLimit is how many bytes one relay carries.
 func transportLimit(o Options) int64 { return int64(o.FrameLimit) + 4<<20 }
 
-// killWait bounds the wait for a killed process's end.
-const killWait = 10 * time.Second
+// killWait bounds the wait for a killed process's end. A backend's Wait
+// returns once what the process left is gone too, which after a fork bomb
+// of a large process can take a minute on a loaded host (native's sweep
+// gives up at two): a restart before then would find the pids cap full.
+const killWait = 3 * time.Minute
 
 // transport is one relay process and the frames read from its stdout.
 type transport struct {

@@ -188,6 +188,14 @@ type OutputArchiver interface {
 	ArchiveOutput(ctx context.Context) (io.ReadCloser, error)
 }
 
+// PAX records by which an OutputArchiver's stream says what a tar header
+// cannot: PAXLinks, the link count of a regular file (more than 1: a hard
+// link), and PAXType "socket" on the FIFO entry that stands for a socket.
+const (
+	PAXLinks = "AIRLOCK.nlink"
+	PAXType  = "AIRLOCK.type"
+)
+
 // NetworkAttacher is implemented by instances that can route egress: it
 // opens a listener whose connections come from inside the sandbox, where
 // processes reach it at EgressAddr. The caller serves the egress proxy on

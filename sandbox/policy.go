@@ -114,6 +114,16 @@ type ArtifactPolicy struct {
 	MaxArchiveRatio   int   `json:"max_archive_ratio,omitempty"`
 }
 
+// RefuseWeak fails, wrapping ErrUnsupported, when the policy is Strict
+// and weak, the layers the host can only give in a weaker form, is not
+// empty; where says whose layers they are ("this host", "this daemon").
+func (p Policy) RefuseWeak(where string, weak []string) error {
+	if !p.Strict || len(weak) == 0 {
+		return nil
+	}
+	return fmt.Errorf("strict policy, but %s can only give weaker layers: %s: %w", where, strings.Join(weak, "; "), ErrUnsupported)
+}
+
 // Normalize fills zero fields with defaults and checks every value, so that
 // a backend receives a complete, sane policy. Errors wrap ErrInvalid.
 func (p Policy) Normalize() (Policy, error) {

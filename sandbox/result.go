@@ -22,6 +22,10 @@ type Result struct {
 	// Weakened lists each layer that ran weaker than its full form on
 	// this host, and how (for example "memory: RLIMIT_AS, no cgroup").
 	Weakened []string `json:"weakened,omitempty"`
+	// BackendDetails says how the backend ran the command where it has
+	// more than one way (microvm: "accel" kvm or tcg, "guest_kernel",
+	// "transport").
+	BackendDetails map[string]string `json:"backend_details,omitempty"`
 }
 
 // Usage is what the command consumed.

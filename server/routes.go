@@ -21,32 +21,78 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// register mounts every route.
+// register mounts every route with what the OpenAPI document says of it:
+// its body and answers (the api types), statuses and parameters.
 func (s *Server) register() {
-	s.handle("POST", "/v1/sessions", s.createSession)
-	s.handle("GET", "/v1/sessions", s.listSessions)
-	s.handle("GET", "/v1/sessions/{id}", s.getSession)
-	s.handle("DELETE", "/v1/sessions/{id}", s.deleteSession)
-	s.handle("POST", "/v1/sessions/{id}/ttl", s.setTTL)
-	s.handle("PUT", "/v1/sessions/{id}/files/{path...}", s.putFile)
-	s.handle("GET", "/v1/sessions/{id}/files/{path...}", s.getFile)
-	s.handle("DELETE", "/v1/sessions/{id}/files/{path...}", s.deleteFile)
-	s.handle("GET", "/v1/sessions/{id}/artifacts", s.listArtifacts)
-	s.handle("POST", "/v1/sessions/{id}/exec", s.exec)
-	s.handle("GET", "/v1/sessions/{id}/processes", s.listProcesses)
-	s.handle("GET", "/v1/sessions/{id}/processes/{pid}", s.getProcess)
-	s.handle("POST", "/v1/sessions/{id}/processes/{pid}/signal", s.signalProcess)
-	s.handle("POST", "/v1/sessions/{id}/processes/{pid}/stdin", s.processStdin)
-	s.registerCode()
-	s.handle("GET", "/v1/audit", s.audit)
-	s.mux.HandleFunc("GET /openapi.json", serveOpenAPI)
-	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	sessionErrs := []int{404, 410}
+	bodyErrs := []int{400, 408, 413}
+	s.handle("POST", "/v1/sessions", s.createSession, routeDoc{ID: "createSession", Tag: "sessions",
+		Summary: "Create a session: a sandbox that lives across calls until it is deleted or its TTL or idle timeout passes",
+		Request: api.CreateSession{}, Status: 201, Response: api.Session{}, Errors: join(bodyErrs, []int{501})})
+	s.handle("GET", "/v1/sessions", s.listSessions, routeDoc{ID: "listSessions", Tag: "sessions",
+		Summary: "List the tenant's sessions, oldest first", Status: 200, Response: api.SessionList{}})
+	s.handle("GET", "/v1/sessions/{id}", s.getSession, routeDoc{ID: "getSession", Tag: "sessions",
+		Summary: "Describe a session", Status: 200, Response: api.Session{}, Errors: sessionErrs})
+	s.handle("DELETE", "/v1/sessions/{id}", s.deleteSession, routeDoc{ID: "deleteSession", Tag: "sessions",
+		Summary: "End a session and destroy its sandbox", Status: 204, Errors: sessionErrs})
+	s.handle("POST", "/v1/sessions/{id}/ttl", s.setTTL, routeDoc{ID: "setSessionTTL", Tag: "sessions",
+		Summary: "Make a session end ttl_seconds from now", Request: api.SetTTL{}, Status: 200, Response: api.Session{},
+		Errors: join(sessionErrs, bodyErrs)})
+	s.handle("PUT", "/v1/sessions/{id}/files/{path...}", s.putFile, routeDoc{ID: "putFile", Tag: "files",
+		Summary: "Write a file; one under input/ is read-only to the code", RawRequest: "the file's bytes",
+		Status: 201, Response: sandbox.FileInfo{}, Errors: join(sessionErrs, bodyErrs)})
+	s.handle("GET", "/v1/sessions/{id}/files/{path...}", s.getFile, routeDoc{ID: "getFile", Tag: "files",
+		Summary: "Download a file through the artifact filter (its verdict in X-Airlock-Verdict and X-Airlock-Reason; a rejected file is a 403), or list a folder",
+		Status:  200, RawResponse: "the file's bytes as the artifact filter lets them out", Response: api.FileList{},
+		Errors: join(sessionErrs, []int{400, 403})})
+	s.handle("DELETE", "/v1/sessions/{id}/files/{path...}", s.deleteFile, routeDoc{ID: "deleteFile", Tag: "files",
+		Summary: "Remove a file, or a folder and everything in it", Status: 204, Errors: join(sessionErrs, []int{400})})
+	s.handle("GET", "/v1/sessions/{id}/artifacts", s.listArtifacts, routeDoc{ID: "listArtifacts", Tag: "files",
+		Summary: "Judge every file of /workspace/output with the artifact filter", Status: 200, Response: api.ArtifactList{},
+		Errors: join(sessionErrs, []int{501})})
+	s.handle("POST", "/v1/sessions/{id}/exec", s.exec, routeDoc{ID: "exec", Tag: "processes",
+		Summary: "Run a command to its end and answer its Result, or stream its output (Accept: application/x-ndjson), or start it in the background (background: true, 202)",
+		Request: api.Exec{}, Status: 200, Response: sandbox.Result{}, Stream: api.ExecEvent{},
+		Also:   []answer{{Status: 202, Type: api.Process{}, Description: "the background process started"}},
+		Errors: join(sessionErrs, bodyErrs)})
+	s.handle("GET", "/v1/sessions/{id}/processes", s.listProcesses, routeDoc{ID: "listProcesses", Tag: "processes",
+		Summary: "List the session's background processes, oldest first", Status: 200, Response: api.ProcessList{}, Errors: sessionErrs})
+	s.handle("GET", "/v1/sessions/{id}/processes/{pid}", s.getProcess, routeDoc{ID: "getProcess", Tag: "processes",
+		Summary: "Describe a background process; with wait, wait up to that long for its end", Status: 200, Response: api.Process{},
+		Query:  []param{{Name: "wait", Type: "number", Description: "seconds to wait for the process to end, 0 to 604800"}},
+		Errors: join(sessionErrs, []int{400})})
+	s.handle("POST", "/v1/sessions/{id}/processes/{pid}/signal", s.signalProcess, routeDoc{ID: "signalProcess", Tag: "processes",
+		Summary: "Send a signal to a background process", Request: api.Signal{}, Status: 204, Errors: join(sessionErrs, bodyErrs)})
+	s.handle("POST", "/v1/sessions/{id}/processes/{pid}/stdin", s.processStdin, routeDoc{ID: "writeStdin", Tag: "processes",
+		Summary: "Write the body to a background process's stdin; with eof=1 close it after", RawRequest: "the bytes for stdin",
+		Status: 204, Query: []param{{Name: "eof", Type: "string", Description: "1 closes stdin after the body"}},
+		Errors: join(sessionErrs, []int{408, 409, 413})})
+	s.registerCode(sessionErrs, bodyErrs)
+	s.handle("GET", "/v1/audit", s.audit, routeDoc{ID: "listAudit", Tag: "audit",
+		Summary: "Read a page of the tenant's own audit records, oldest first", Status: 200, Response: api.AuditList{},
+		Query: []param{{Name: "after", Type: "integer", Description: "the id of the last record seen (the previous page's next)"},
+			{Name: "limit", Type: "integer", Description: "page size, 1 to 1000 (default 100)"}},
+		Errors: []int{400, 501}})
+	s.public("GET", "/openapi.json", s.serveOpenAPI, routeDoc{ID: "openapi", Tag: "server",
+		Summary: "This document: OpenAPI 3.1 of every route", Status: 200, Response: map[string]any{}})
+	s.public("GET", "/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	s.mux.HandleFunc("GET /readyz", s.readyz)
+	}, routeDoc{ID: "healthz", Tag: "server", Summary: "Whether the server answers", Status: 200, Response: map[string]string{}})
+	s.public("GET", "/readyz", s.readyz, routeDoc{ID: "readyz", Tag: "server",
+		Summary: "Whether the server takes sessions (503 while it shuts down)", Status: 200, Response: map[string]string{},
+		Errors: []int{503}})
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, api.CodeNotFound, "no such route: "+r.Method+" "+r.URL.Path)
 	})
+}
+
+// join concatenates status lists.
+func join(lists ...[]int) []int {
+	var out []int
+	for _, l := range lists {
+		out = append(out, l...)
+	}
+	return out
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -138,13 +184,19 @@ func (s *Server) deleteSession(w http.ResponseWriter, r *http.Request, t *Tenant
 	return nil
 }
 
-func (s *Server) setTTL(w http.ResponseWriter, r *http.Request, t *Tenant) error {
+// sessionRequest finds the request's session and reads its JSON body.
+func sessionRequest[T any](s *Server, w http.ResponseWriter, r *http.Request, t *Tenant) (*session.Session, T, error) {
+	var req T
 	sess, err := s.session(r, t)
 	if err != nil {
-		return err
+		return nil, req, err
 	}
-	var req api.SetTTL
-	if err := s.readJSON(w, r, &req); err != nil {
+	return sess, req, s.readJSON(w, r, &req)
+}
+
+func (s *Server) setTTL(w http.ResponseWriter, r *http.Request, t *Tenant) error {
+	sess, req, err := sessionRequest[api.SetTTL](s, w, r, t)
+	if err != nil {
 		return err
 	}
 	ttl, err := seconds("ttl_seconds", req.TTLSeconds)
@@ -182,6 +234,14 @@ func (s *Server) putFile(w http.ResponseWriter, r *http.Request, t *Tenant) erro
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.opts.UploadTimeout))
 	info, err := sess.Put(r.Context(), p, r.Body, 0)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.Header().Set("Connection", "close")
+		return errorf(http.StatusRequestTimeout, api.CodeTimeout, "the file did not arrive within %v", s.opts.UploadTimeout)
+	}
+	if errors.Is(err, sandbox.ErrLimit) {
+		// waiting would not make the file fit: not a 429
+		return errorf(http.StatusRequestEntityTooLarge, api.CodeTooLarge, "%s", cleanMessage(err, sandbox.ErrLimit))
+	}
 	if err != nil {
 		return err
 	}
@@ -301,12 +361,8 @@ func wantsStream(r *http.Request) bool {
 }
 
 func (s *Server) exec(w http.ResponseWriter, r *http.Request, t *Tenant) error {
-	sess, err := s.session(r, t)
+	sess, req, err := sessionRequest[api.Exec](s, w, r, t)
 	if err != nil {
-		return err
-	}
-	var req api.Exec
-	if err := s.readJSON(w, r, &req); err != nil {
 		return err
 	}
 	timeout, err := seconds("timeout_seconds", req.TimeoutSeconds)
@@ -526,6 +582,10 @@ func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, t *Tenant)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return err
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.Header().Set("Connection", "close")
+			return errorf(http.StatusRequestTimeout, api.CodeTimeout, "the body did not arrive within %v", s.opts.UploadTimeout)
 		}
 		return errorf(http.StatusConflict, api.CodeConflict, "process %s: stdin: %v", p.ID, err)
 	}

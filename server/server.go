@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/e2b"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/session"
 	"golang.org/x/time/rate"
@@ -47,9 +50,15 @@ type Options struct {
 	Ready func() error
 	// Logger receives one line per request; nil discards them.
 	Logger *slog.Logger
-	// Extra mounts more handlers on the server's mux (metrics, the E2B
-	// surface), before authentication: they authenticate themselves.
+	// Extra mounts more handlers on the server's mux (metrics), before
+	// authentication: they authenticate themselves.
 	Extra map[string]http.Handler
+	// E2B, when set, serves the E2B-compatible surface (package e2b) beside
+	// v1 on the same Manager and keys: its control plane under
+	// /v2/sandboxes and /sandboxes, and each sandbox's envd and code
+	// interpreter for the requests that name a sandbox (E2b-Sandbox-Id).
+	// Manager, Authenticate, Allow and Logger are filled in here.
+	E2B *e2b.Options
 }
 
 // AuditReader reads a tenant's audit records: after is the cursor (the
@@ -68,11 +77,22 @@ type Server struct {
 	log      *slog.Logger
 	limiters sync.Map // key hash or tenant -> *rate.Limiter
 	closing  atomic.Bool
+	active   atomic.Int64 // API calls in progress, for Drain
 	routes   []route
+	openapi  []byte       // the OpenAPI document, built once by New
+	e2b      *e2b.Handler // nil without the E2B surface
 }
 
-// route is one registered route, for the OpenAPI check.
-type route struct{ Method, Pattern string }
+// route is one registered route and what the OpenAPI document says of it.
+type route struct {
+	Method, Pattern string
+	// Public routes need no key.
+	Public bool
+	// Mounted routes are Options.Extra's: the document knows only that
+	// they exist.
+	Mounted bool
+	Doc     routeDoc
+}
 
 // New returns a Server.
 func New(opts Options) (*Server, error) {
@@ -99,10 +119,65 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), log: opts.Logger}
 	s.register()
-	for pattern, h := range opts.Extra {
-		s.mux.Handle(pattern, h)
+	if opts.E2B != nil {
+		eo := *opts.E2B
+		eo.Manager, eo.Authenticate, eo.Allow, eo.Logger = opts.Manager, s.e2bTenant, s.e2bAllow, opts.Logger
+		eo.Identified = func(w http.ResponseWriter, tenant string) {
+			if sw, ok := w.(*statusWriter); ok {
+				sw.tenant = tenant
+			}
+		}
+		h, err := e2b.New(eo)
+		if err != nil {
+			return nil, err
+		}
+		s.e2b = h
+		for _, p := range e2b.Patterns() {
+			s.mux.Handle(p, h)
+		}
 	}
+	extra := make([]string, 0, len(opts.Extra))
+	for pattern := range opts.Extra {
+		extra = append(extra, pattern)
+	}
+	sort.Strings(extra)
+	for _, pattern := range extra {
+		method, path, ok := strings.Cut(pattern, " ")
+		if !ok {
+			method, path = "", pattern
+		}
+		s.routes = append(s.routes, route{Method: method, Pattern: path, Public: true, Mounted: true})
+		s.mux.Handle(pattern, opts.Extra[pattern])
+	}
+	doc, err := s.buildOpenAPI()
+	if err != nil {
+		return nil, fmt.Errorf("server: the OpenAPI document: %w", err)
+	}
+	s.openapi = doc
 	return s, nil
+}
+
+// loopback tells whether addr (HOST:PORT) listens on loopback only.
+func loopback(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, fmt.Errorf("address %q: %v: %w", addr, err, sandbox.ErrInvalid)
+	}
+	if host == "localhost" {
+		return true, nil
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback(), nil
+}
+
+// CheckPlain refuses plain HTTP beyond loopback: API keys and sandbox
+// tokens would cross the network in the clear.
+func CheckPlain(addr string) error {
+	lo, err := loopback(addr)
+	if err != nil || lo {
+		return err
+	}
+	return fmt.Errorf("listening on %s over plain HTTP would send API keys and sandbox tokens in the clear; give --tls-cert and --tls-key, or listen on 127.0.0.1: %w", addr, sandbox.ErrInvalid)
 }
 
 // CheckListen refuses to serve beyond loopback without keys.
@@ -110,24 +185,21 @@ func CheckListen(addr string, keys *Keys) error {
 	if keys.Len() > 0 {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("address %q: %v: %w", addr, err, sandbox.ErrInvalid)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
+	lo, err := loopback(addr)
+	if err != nil || lo {
+		return err
 	}
 	return fmt.Errorf("listening on %s without API keys would let anyone run code here; give --keys-file or AIRLOCK_API_KEYS, or listen on 127.0.0.1: %w", addr, sandbox.ErrInvalid)
 }
 
-// Routes lists the API's routes as "METHOD PATTERN".
+// Routes lists every pattern the server's mux serves, as "METHOD
+// PATTERN" ("PATTERN" alone for an Extra handler mounted for every
+// method), in the order they were registered; the fallback that answers
+// 404 to anything else is not among them.
 func (s *Server) Routes() []string {
 	out := make([]string, len(s.routes))
 	for i, r := range s.routes {
-		out[i] = r.Method + " " + r.Pattern
+		out[i] = strings.TrimSpace(r.Method + " " + r.Pattern)
 	}
 	return out
 }
@@ -136,10 +208,16 @@ func (s *Server) Routes() []string {
 // status, or nil once it has written its answer.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, t *Tenant) error
 
-// handle registers an authenticated API route.
-func (s *Server) handle(method, pattern string, h handlerFunc) {
-	s.routes = append(s.routes, route{method, pattern})
+// handle registers an authenticated API route and its documentation.
+func (s *Server) handle(method, pattern string, h handlerFunc, doc routeDoc) {
+	s.routes = append(s.routes, route{Method: method, Pattern: pattern, Doc: doc})
 	s.mux.Handle(method+" "+pattern, s.api(h))
+}
+
+// public registers a route that needs no key, and its documentation.
+func (s *Server) public(method, pattern string, h http.HandlerFunc, doc routeDoc) {
+	s.routes = append(s.routes, route{Method: method, Pattern: pattern, Public: true, Doc: doc})
+	s.mux.Handle(method+" "+pattern, h)
 }
 
 // ServeHTTP serves the API.
@@ -166,7 +244,41 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusBadRequest, api.CodeInvalid, "an API key in the URL would land in logs and proxies: send it as 'Authorization: Bearer KEY'")
 		return
 	}
+	if s.e2b != nil && e2b.SandboxRequest(r) {
+		if s.closing.Load() {
+			writeError(rw, http.StatusServiceUnavailable, api.CodeUnavailable, "the server is shutting down")
+			return
+		}
+		s.e2b.ServeHTTP(rw, r)
+		return
+	}
 	s.mux.ServeHTTP(rw, r)
+}
+
+// e2bTenant authenticates an API key for the E2B surface, as the v1
+// routes do; without keys every caller is DefaultTenant.
+func (s *Server) e2bTenant(key string) (string, bool) {
+	if s.opts.Keys == nil {
+		return DefaultTenant, true
+	}
+	t, ok := s.opts.Keys.Lookup(key)
+	if !ok {
+		return "", false
+	}
+	return t.Name, true
+}
+
+// e2bAllow charges one E2B request to key's rate limit, the same bucket
+// as the key's v1 requests.
+func (s *Server) e2bAllow(key string) (time.Duration, bool) {
+	lim := s.limiter(key)
+	if lim.Allow() {
+		return 0, true
+	}
+	r := lim.Reserve()
+	d := r.Delay()
+	r.Cancel()
+	return d, false
 }
 
 // validRequestID accepts a caller's request id of sane length and
@@ -211,6 +323,15 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// Flush sends what is buffered, for streams (the E2B surface's Connect
+// streams need an http.Flusher).
+func (w *statusWriter) Flush() {
+	if !w.wrote {
+		w.status, w.wrote = http.StatusOK, true
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
 // Unwrap lets http.ResponseController reach the connection.
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
@@ -231,6 +352,8 @@ func (s *Server) api(h handlerFunc) http.Handler {
 		if sw, ok := w.(*statusWriter); ok {
 			sw.tenant = t.Name
 		}
+		s.active.Add(1)
+		defer s.active.Add(-1)
 		if lim := s.limiter(key); !lim.Allow() {
 			wait := lim.Reserve()
 			d := wait.Delay()
@@ -278,8 +401,29 @@ func (s *Server) limiter(key string) *rate.Limiter {
 }
 
 // Shutdown makes the API answer 503 to new requests; the caller then
-// stops the listener (http.Server.Shutdown) and closes the Manager.
+// waits for the calls in progress (Drain), stops the listener
+// (http.Server.Shutdown) and closes the Manager.
 func (s *Server) Shutdown() { s.closing.Store(true) }
+
+// drainPoll is how often Drain looks at the calls in progress.
+const drainPoll = 20 * time.Millisecond
+
+// Drain waits until no API call is in progress, or ctx ends. Calls that
+// arrive after Shutdown are answered 503 and not waited for. Meanwhile
+// the listener stays open, so that a client sees the 503 and not a
+// refused connection.
+func (s *Server) Drain(ctx context.Context) error {
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for s.active.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d calls still running: %w", s.active.Load(), context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+	return nil
+}
 
 // statusError is an error that carries its HTTP status and code.
 type statusError struct {
@@ -357,6 +501,10 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, v any) error {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return err
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.Header().Set("Connection", "close")
+			return errorf(http.StatusRequestTimeout, api.CodeTimeout, "the body did not arrive within %v", s.opts.BodyTimeout)
 		}
 		if errors.Is(err, io.EOF) {
 			return errorf(http.StatusBadRequest, api.CodeInvalid, "the request needs a JSON body")

@@ -268,6 +268,9 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Session, error)
 	return s, nil
 }
 
+// MaxTTL is the longest lifetime, and idle timeout, a session may ask.
+func (m *Manager) MaxTTL() time.Duration { return m.opts.MaxTTL }
+
 // lifetimes checks a request's TTL and idle timeout.
 func (m *Manager) lifetimes(o CreateOptions) (time.Duration, time.Duration, error) {
 	ttl, idle := o.TTL, o.IdleTimeout

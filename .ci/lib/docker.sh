@@ -5,15 +5,19 @@
 #   docker.sh [start]   install docker.io if needed, register runsc (built
 #                       by runsc.sh) in /etc/docker/daemon.json, start
 #                       dockerd unless one answers, and check that
-#                       `docker run --runtime=runsc` works with an image
-#                       imported from a tiny root file system
+#                       `docker run` works on both runtimes (runc, runsc)
+#                       with an image imported from a tiny root file system
 #   docker.sh stop      stop the dockerd that start started
 #
 # State lives in $AIRLOCK_CI_CACHE/docker: dockerd.log, dockerd.pid.
 # The docker backend runs containers with --network=none, so the dockerd
-# started here makes no bridge and no iptables rules on the host
-# ($AIRLOCK_DOCKERD_ARGS, default "--bridge=none --iptables=false", changes
-# that). Progress goes to stderr, one line a step.
+# started here makes no bridge and no iptables rules on the host. It
+# remaps user namespaces (--userns-remap=default: dockerd creates the user
+# dockremap and its ranges in /etc/subuid and /etc/subgid), which the
+# backend requires for runc, so that no container process runs as a host
+# account. $AIRLOCK_DOCKERD_ARGS (default "--bridge=none --iptables=false
+# --userns-remap=default") changes the flags. Progress goes to stderr,
+# one line a step.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,7 +28,7 @@ logfile=$state/dockerd.log
 config=/etc/docker/daemon.json
 probe_image=airlock-ci/busybox:latest
 wait_seconds=${AIRLOCK_DOCKER_WAIT:-60}
-dockerd_args=${AIRLOCK_DOCKERD_ARGS:---bridge=none --iptables=false}
+dockerd_args=${AIRLOCK_DOCKERD_ARGS:---bridge=none --iptables=false --userns-remap=default}
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -70,7 +74,23 @@ register_runsc() {
 	fi
 }
 
+# remapped tells whether the running daemon remaps user namespaces.
+remapped() {
+	docker_cli info --format '{{json .SecurityOptions}}' 2>/dev/null | grep -q 'name=userns'
+}
+
 start_dockerd() {
+	if docker_cli info >/dev/null 2>&1; then
+		case " $dockerd_args " in
+		*" --userns-remap="*)
+			if ! remapped; then
+				ours_running || fail "a dockerd we did not start runs without --userns-remap; restart it with --userns-remap=default"
+				step "our dockerd runs without --userns-remap: restarting it"
+				stop
+			fi
+			;;
+		esac
+	fi
 	if docker_cli info >/dev/null 2>&1; then
 		step "dockerd is running"
 		return
@@ -98,7 +118,9 @@ start_dockerd() {
 # probe imports a root file system holding only a static busybox from
 # Debian's busybox-static (there is no registry) and runs it under runsc.
 probe() {
-	local out
+	local out nl='
+'
+
 	if ! docker_cli image inspect "$probe_image" >/dev/null 2>&1; then
 		step "importing $probe_image from busybox-static"
 		(cd "$work" && apt-get download -q busybox-static > apt.log 2>&1) ||
@@ -120,6 +142,16 @@ probe() {
 	*"hello from Linux"*gVisor*) ;;
 	*) fail "the container did not run under gVisor: $out" ;;
 	esac
+	# the imported image's files are its root's inside, under runc's
+	# remapped user namespace too
+	step "running $probe_image with --runtime=runc"
+	out=$(docker_cli run --rm --runtime=runc --network=none --user 1000:1000 "$probe_image" \
+		/bin/busybox sh -c 'busybox stat -c %u /bin/busybox; busybox id -u' 2>&1) ||
+		fail "docker run --runtime=runc failed: $out"
+	[ "$out" = "0${nl}1000" ] || fail "the imported image under runc: $out, want its files owned by 0 and the user 1000"
+	if remapped; then
+		step "the daemon remaps user namespaces: $(grep '^dockremap:' /etc/subuid || echo 'no dockremap range in /etc/subuid')"
+	fi
 }
 
 stop() {

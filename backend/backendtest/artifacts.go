@@ -73,11 +73,15 @@ func (s *suite) testArtifacts(t *testing.T) {
 		t.Fatalf("sparse file inside: %s", res.Stderr)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	raced := make(chan sandbox.Result, 1)
+	type ended struct {
+		res sandbox.Result
+		err error
+	}
+	raced := make(chan ended, 1)
 	go func() {
-		r, _ := sandbox.Exec(ctx, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-", "race", "/workspace/output", canaryDir},
+		r, err := sandbox.Exec(ctx, inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-", "race", "/workspace/output", canaryDir},
 			Stdin: strings.NewReader(artifacttest.Script)})
-		raced <- r
+		raced <- ended{r, err}
 	}()
 	defer func() {
 		cancel()
@@ -85,6 +89,13 @@ func (s *suite) testArtifacts(t *testing.T) {
 	}()
 	// the racer makes its links first: wait for one of them
 	waitFor(t, func() bool {
+		select {
+		case e := <-raced:
+			raced <- e
+			t.Fatalf("the racer ended before its links appeared: exit %d stdout %.300q stderr %.300q: %v",
+				e.res.ExitCode, e.res.Stdout, e.res.Stderr, e.err)
+		default:
+		}
 		r := Exec(t, inst, sandbox.ProcessSpec{Cmd: []string{"test", "-L", "/workspace/output/.swapfile-link"}})
 		return r.ExitCode == 0
 	})

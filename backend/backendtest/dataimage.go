@@ -59,7 +59,7 @@ func (s *suite) testDataImage(t *testing.T) {
 	create := func() sandbox.Instance {
 		t.Helper()
 		s.checkLeftoversAtEnd(t)
-		return Create(t, s.Backend, s.DataImage, Policy(t, func(p *sandbox.Policy) {
+		return CreateWithin(t, s.createTimeout(), s.Backend, s.DataImage, Policy(t, func(p *sandbox.Policy) {
 			p.Limits.MemoryBytes = 1 << 30
 			p.Limits.Timeout = sandbox.Duration(120e9)
 		}))

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -39,6 +40,29 @@ type Config struct {
 	// PidsReserve is how many tasks the backend adds to the pids cap for
 	// its own processes inside the sandbox, as it documents.
 	PidsReserve int
+	// StdioDir is the folder inside where the backend keeps the FIFOs
+	// that carry processes' stdio, if it does: descriptors 0-2 may point
+	// there, at FIFOs already unlinked.
+	StdioDir string
+	// FilterENOSYS names the privilege checks whose system calls the
+	// backend's filter refuses with ENOSYS where the check expects EPERM
+	// (runc answers ENOSYS to calls newer than every call its profile
+	// names). The check then requires ENOSYS: still the filter's answer,
+	// not the kernel's.
+	FilterENOSYS []string
+	// CreateTimeout bounds each Create; default one minute. A backend
+	// that boots a machine without hardware virtualisation needs more.
+	CreateTimeout time.Duration
+	// ManyRuns is how many sandboxes "many runs" creates and destroys one
+	// after another; default 20. A backend whose every sandbox boots a
+	// machine may run fewer, saying why in its test.
+	ManyRuns int
+	// TimeScale multiplies the short timeouts that the process, abuse and
+	// leftover tests give their commands (seconds, for a fork or a python3
+	// start);
+	// default 1. A backend that translates every instruction (QEMU's TCG)
+	// needs more to start a program at all.
+	TimeScale float64
 }
 
 //go:embed probes
@@ -98,14 +122,35 @@ func Policy(t *testing.T, edit func(*sandbox.Policy)) sandbox.Policy {
 func (s *suite) create(t *testing.T, p sandbox.Policy) sandbox.Instance {
 	t.Helper()
 	s.checkLeftoversAtEnd(t)
-	return Create(t, s.Backend, s.Image, p)
+	return CreateWithin(t, s.createTimeout(), s.Backend, s.Image, p)
+}
+
+// scaled is d times the config's TimeScale.
+func (s *suite) scaled(d time.Duration) sandbox.Duration {
+	if s.TimeScale > 1 {
+		d = time.Duration(float64(d) * s.TimeScale)
+	}
+	return sandbox.Duration(d)
+}
+
+func (s *suite) createTimeout() time.Duration {
+	if s.CreateTimeout > 0 {
+		return s.CreateTimeout
+	}
+	return time.Minute
 }
 
 // Create starts a sandbox on be that is destroyed when the test ends; it
 // fails t if either fails.
 func Create(t *testing.T, be sandbox.Backend, image sandbox.Image, p sandbox.Policy) sandbox.Instance {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return CreateWithin(t, time.Minute, be, image, p)
+}
+
+// CreateWithin is Create with a bound of d on the creation.
+func CreateWithin(t *testing.T, d time.Duration, be sandbox.Backend, image sandbox.Image, p sandbox.Policy) sandbox.Instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	inst, err := be.Create(ctx, sandbox.Spec{Image: image, Policy: p})
 	if err != nil {
@@ -145,27 +190,36 @@ func putInput(ctx context.Context, inst sandbox.Instance, name string, r io.Read
 	return err
 }
 
-// collectOutput runs the artifact filter over /workspace/output into
-// dst: walked in place where the backend opens it as a host folder, else
-// read from the backend's tar stream (OutputArchiver), with the same rules.
-func collectOutput(ctx context.Context, inst sandbox.Instance, dst string, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
-	switch o := inst.(type) {
-	case sandbox.OutputDirOpener:
-		dir, err := o.OpenOutputDir(ctx)
-		if err != nil {
-			return nil, err
-		}
-		defer dir.Close()
-		return artifact.Collect(ctx, dir, dst, p)
-	case sandbox.OutputArchiver:
-		tr, err := o.ArchiveOutput(ctx)
-		if err != nil {
-			return nil, err
-		}
-		defer tr.Close()
-		return artifact.CollectTar(ctx, tr, artifact.Destination{Dir: dst}, p)
+// openOutput opens /workspace/output of a backend whose files are host
+// folders.
+func openOutput(ctx context.Context, inst sandbox.Instance) (*os.File, error) {
+	o, ok := inst.(sandbox.OutputDirOpener)
+	if !ok {
+		return nil, fmt.Errorf("backend cannot open /workspace/output as a host folder: %w", sandbox.ErrUnsupported)
 	}
-	return nil, fmt.Errorf("backend hands out /workspace/output neither as a host folder nor as a tar stream: %w", sandbox.ErrUnsupported)
+	return o.OpenOutputDir(ctx)
+}
+
+// collectOutput runs /workspace/output through the artifact filter into
+// dst, from the host folder where the backend has one, else from its tar
+// stream (sandbox.OutputArchiver), as the session does.
+func collectOutput(ctx context.Context, inst sandbox.Instance, dst string, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
+	if a, ok := inst.(sandbox.OutputArchiver); ok {
+		if _, dir := inst.(sandbox.OutputDirOpener); !dir {
+			r, err := a.ArchiveOutput(ctx)
+			if err != nil {
+				return nil, err
+			}
+			defer r.Close()
+			return artifact.CollectTar(ctx, r, artifact.Destination{Dir: dst}, p)
+		}
+	}
+	dir, err := openOutput(ctx, inst)
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	return artifact.Collect(ctx, dir, dst, p)
 }
 
 // Exec runs a process to its end and fails the test on an infrastructure

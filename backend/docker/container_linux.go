@@ -13,12 +13,6 @@ import (
 // hostname is the sandbox's host name, as with every backend.
 const hostname = "airlock"
 
-// keeperCmd is the container's pid 1, run as keeperUser: a sleep that
-// ignores SIGCHLD (GNU env sets the disposition, which survives exec), so
-// that the kernel reaps at once the orphans that come to it. It is alone
-// in the container when no command runs, and commands cannot signal it.
-var keeperCmd = []string{"env", "--ignore-signal=CHLD", "sleep", "2147483647"}
-
 // maskedPaths are hidden behind an empty file or folder: Docker's default
 // list and the files the native backend also masks.
 var maskedPaths = []string{
@@ -50,18 +44,24 @@ func containerConfig(ref, id string) *container.Config {
 		Hostname:        hostname,
 		User:            keeperUser,
 		Env:             env,
-		Cmd:             keeperCmd,
+		Cmd:             command.KeeperArgs,
 		WorkingDir:      "/",
 		NetworkDisabled: true,
 		Labels:          map[string]string{labelSandbox: id, labelOwner: hostdir.Owner()},
 	}
 }
 
+// execReserve is what the container's pids cap allows beyond the
+// policy's cap with runc, where each process has the policy's cap in its
+// own cgroup (see procCgroup): room for the runtime to start the next
+// process while one fills its cap.
+const execReserve = 8
+
 // hostConfig is the hardened part: the docker run flags of the design,
 // written out.
 func hostConfig(runtimeName string, pol sandbox.Policy, binds []hostdir.Bind, profile string) *container.HostConfig {
 	lim := pol.Limits
-	pids := int64(lim.Pids + KeeperTasks)
+	pids := int64(lim.Pids + KeeperTasks + execReserve)
 	ulimits := []*container.Ulimit{
 		{Name: "nofile", Soft: int64(lim.OpenFiles), Hard: int64(lim.OpenFiles)},
 		{Name: "core", Soft: 0, Hard: 0},
@@ -72,7 +72,7 @@ func hostConfig(runtimeName string, pol sandbox.Policy, binds []hostdir.Bind, pr
 		// the cgroup counts the sentry's own host threads, and a sentry
 		// that cannot make one dies, so it only gets a safety net.
 		ulimits = append(ulimits, &container.Ulimit{Name: "nproc", Soft: int64(lim.Pids), Hard: int64(lim.Pids)})
-		pids += sentryThreads
+		pids = int64(lim.Pids + KeeperTasks + sentryThreads)
 	}
 	mounts := make([]mount.Mount, 0, len(binds))
 	for _, b := range binds {

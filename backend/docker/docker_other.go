@@ -3,6 +3,8 @@
 package docker
 
 import (
+	"context"
+
 	"github.com/airlock-sandbox/airlock/backend/internal/notlinux"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
@@ -16,4 +18,4 @@ var _ sandbox.Backend = (*Backend)(nil)
 func New(opts Options) *Backend { return &Backend{notlinux.New("docker")} }
 
 // Runtime is empty: no container runs here.
-func (b *Backend) Runtime() string { return "" }
+func (b *Backend) Runtime(ctx context.Context) string { return "" }

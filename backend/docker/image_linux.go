@@ -30,11 +30,10 @@ type imageCache struct {
 	locks   map[string]*sync.Mutex // one import at a time per reference
 }
 
-// source is an image to import: its root file system, content digest,
-// and the environment its programs start with (none for a folder).
+// source is an image to import: its root file system and content
+// digest.
 type source struct {
 	rootfs, digest string
-	env            map[string]string
 }
 
 // ref is the reference the image is tagged with: the first 12 hex digits
@@ -45,60 +44,38 @@ func (s source) ref() string {
 	return "airlock/rootfs:" + hex[:min(12, len(hex))]
 }
 
-// image makes sure the daemon holds the image; it returns the image's
-// reference and environment.
-func (b *Backend) image(ctx context.Context, cli *client.Client, name string) (source, string, error) {
-	src, err := b.resolve(ctx, name)
-	if err != nil {
-		return src, "", err
+// image makes sure the daemon holds the image and returns its reference.
+// A built image carries its digest; a folder is hashed, once per Backend.
+func (b *Backend) image(ctx context.Context, cli *client.Client, img sandbox.Image) (string, error) {
+	if img.IsHost() {
+		return "", fmt.Errorf("image %q: the docker backend runs built images or folders, not the host's own folders (build one with 'airlock image build python'): %w", img.Name, sandbox.ErrUnsupported)
+	}
+	src := source{rootfs: img.RootFS, digest: img.Digest}
+	if src.digest == "" {
+		digest, err := b.images.folderDigest(ctx, img.RootFS)
+		if err != nil {
+			return "", err
+		}
+		src.digest = digest
 	}
 	ref := src.ref()
 	unlock := b.images.lock(ref)
 	defer unlock()
 	if b.images.isReady(ref) {
-		return src, ref, nil
+		return ref, nil
 	}
 	if _, err := cli.ImageInspect(ctx, ref); err == nil {
 		b.images.setReady(ref)
-		return src, ref, nil
+		return ref, nil
 	} else if !notFound(err) {
-		return src, "", fmt.Errorf("image %s: %w", ref, err)
+		return "", fmt.Errorf("image %s: %w", ref, err)
 	}
-	b.opts.Logger.Info("importing image into docker", "image", name, "ref", ref, "rootfs", src.rootfs)
+	b.opts.Logger.Info("importing image into docker", "image", img.Name, "ref", ref, "rootfs", src.rootfs)
 	if err := importImage(ctx, cli, src, ref); err != nil {
-		return src, "", err
+		return "", err
 	}
 	b.images.setReady(ref)
-	return src, ref, nil
-}
-
-// resolve finds the root file system and digest of an image name or
-// folder.
-func (b *Backend) resolve(ctx context.Context, name string) (source, error) {
-	switch {
-	case name == "" || name == "host":
-		return source{}, fmt.Errorf("image %q: the docker backend runs built images or folders, not the host's own folders (build one with 'airlock image build python'): %w", "host", sandbox.ErrUnsupported)
-	case strings.ContainsRune(name, '/') || strings.HasPrefix(name, "."):
-		abs, err := filepath.Abs(name)
-		if err != nil {
-			return source{}, err
-		}
-		if st, err := os.Stat(abs); err != nil || !st.IsDir() {
-			return source{}, fmt.Errorf("image folder %s: not a folder: %w", abs, sandbox.ErrNotFound)
-		}
-		digest, err := b.images.folderDigest(ctx, abs)
-		if err != nil {
-			return source{}, err
-		}
-		return source{rootfs: abs, digest: digest}, nil
-	case b.opts.Images != nil:
-		img, err := b.opts.Images.Get(name)
-		if err != nil {
-			return source{}, err
-		}
-		return source{rootfs: img.RootFS(), digest: img.Manifest.Digest, env: img.Manifest.Env}, nil
-	}
-	return source{}, fmt.Errorf("image %q: no image store, and not a folder: %w", name, sandbox.ErrNotFound)
+	return ref, nil
 }
 
 func (c *imageCache) lock(ref string) func() {

@@ -11,11 +11,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/docker"
+	"github.com/airlock-sandbox/airlock/backend/internal/cgstat"
 	"github.com/airlock-sandbox/airlock/backend/internal/containertest"
-	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
+	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -23,26 +24,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// childMode lets the test binary play a second airlock process: it holds
-// a sandbox until it is killed.
+// childMode lets the test binary play a second airlock process that
+// holds a sandbox (containertest.Hold) on the runtime AIRLOCK_TEST_RUNTIME
+// names.
 func childMode() bool {
 	if os.Getenv("AIRLOCK_TEST_CHILD") != "hold" {
 		return false
 	}
-	store, err := testimage.Find()
+	img, err := testimage.Resolve()
 	if err != nil {
 		fmt.Println("error", err)
 		return true
 	}
-	be := docker.New(docker.Options{Images: store})
-	p, _ := sandbox.Policy{}.Normalize()
-	inst, err := be.Create(context.Background(), sandbox.Spec{Image: containertest.Image, Policy: p})
-	if err != nil {
-		fmt.Println("error", err)
-		return true
-	}
-	fmt.Println("ready", inst.ID())
-	select {}
+	containertest.Hold(docker.New(docker.Options{Runtime: os.Getenv("AIRLOCK_TEST_RUNTIME")}), img)
+	return true
 }
 
 // backend returns a docker backend on runtime, closed at the end of the
@@ -50,18 +45,14 @@ func childMode() bool {
 // form.
 func backend(t *testing.T, runtimeName string) *docker.Backend {
 	t.Helper()
-	be := docker.New(docker.Options{Runtime: runtimeName, Images: testimage.Store(t)})
+	be := docker.New(docker.Options{Runtime: runtimeName})
 	t.Cleanup(func() { be.Close() })
-	ctx := context.Background()
-	testenv.Require(t, "docker with runtime "+runtimeName+" (bash .ci/lib/docker.sh start)", be.Probe(ctx))
-	if weak, _ := be.Weakened(ctx); len(weak) > 0 {
-		testenv.Require(t, "the runtime's full form", fmt.Errorf("%s", strings.Join(weak, "; ")))
-	}
+	requireFull(t, be, runtimeName)
 	return be
 }
 
 func TestMemoryEndsSandboxRunsc(t *testing.T) {
-	containertest.MemoryEndsSandbox(t, backend(t, docker.RuntimeRunsc), containertest.Image)
+	containertest.MemoryEndsSandbox(t, backend(t, docker.RuntimeRunsc), dataImage(t))
 }
 
 // TestOOMScoreAdj checks with an unbuffered write that a command cannot
@@ -73,12 +64,12 @@ func TestOOMScoreAdj(t *testing.T) {
 	}
 	be := backend(t, docker.RuntimeRunc)
 	p, _ := sandbox.Policy{}.Normalize()
-	inst, err := be.Create(context.Background(), sandbox.Spec{Image: containertest.Image, Policy: p})
+	inst, err := be.Create(context.Background(), sandbox.Spec{Image: dataImage(t), Policy: p})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer inst.Destroy(context.Background())
-	res, err := inst.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"python3", "-c", `
+	res, err := sandbox.Exec(context.Background(), inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c", `
 import errno, os
 fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
 try:
@@ -93,22 +84,19 @@ print(open("/proc/self/oom_score_adj").read().strip())
 	}
 }
 
-// TestStaleCleanup kills an airlock process that holds a sandbox: its
-// container and folder stay, and the next Backend removes them, but not
-// the sandboxes of live processes.
+// TestStaleCleanup kills an airlock process that holds a sandbox, and
+// its watchdog: the container and folder stay, and the next Backend
+// removes them, but not the sandboxes of live processes.
 func TestStaleCleanup(t *testing.T) {
 	be := backend(t, docker.RuntimeRunc)
 	p, _ := sandbox.Policy{}.Normalize()
-	mine, err := be.Create(context.Background(), sandbox.Spec{Image: containertest.Image, Policy: p})
+	mine, err := be.Create(context.Background(), sandbox.Spec{Image: dataImage(t), Policy: p})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mine.Destroy(context.Background())
-	child := backendtest.StartChild(t, "AIRLOCK_TEST_CHILD=hold")
-	var id string
-	if _, err := fmt.Sscanf(child.Line, "ready %s", &id); err != nil {
-		t.Fatalf("child: %q", child.Line)
-	}
+	child, id := containertest.StartHolder(t, "AIRLOCK_TEST_RUNTIME="+docker.RuntimeRunc)
+	containertest.KillWatchdogs(t, child.Pid)
 	child.Kill()
 	if n := containersOf(t, id); n != 1 {
 		t.Fatalf("the dead process's sandbox %s has %d containers; want 1 to clean", id, n)
@@ -122,9 +110,45 @@ func TestStaleCleanup(t *testing.T) {
 	if n := containersOf(t, id); n != 0 {
 		t.Errorf("the dead process's container is still there")
 	}
-	if res, err := mine.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"echo", "alive"}}); err != nil || res.Stdout != "alive\n" {
+	if res, err := sandbox.Exec(context.Background(), mine, sandbox.ProcessSpec{Cmd: []string{"echo", "alive"}}); err != nil || res.Stdout != "alive\n" {
 		t.Errorf("a live process's sandbox after the cleanup: %q %v", res.Stdout, err)
 	}
+}
+
+// TestDiesWithOwner kills an airlock process with SIGKILL while its
+// sandbox spins: the watchdog removes the container and folder within
+// seconds, on either runtime.
+func TestDiesWithOwner(t *testing.T) {
+	for _, rt := range []string{docker.RuntimeRunc, docker.RuntimeRunsc} {
+		t.Run(rt, func(t *testing.T) {
+			backend(t, rt)
+			child, id := containertest.StartHolder(t, "AIRLOCK_TEST_RUNTIME="+rt, "AIRLOCK_TEST_BUSY=1")
+			cg, err := cgstat.ForPID(containerPid(t, id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			folder := filepath.Join(stateDir, child.Owner+"-"+id)
+			containertest.DiesWithOwner(t, child, id, cg, func() bool {
+				_, err := os.Stat(folder)
+				return containersOf(t, id) == 0 && os.IsNotExist(err)
+			})
+		})
+	}
+}
+
+// containerPid is the host pid of the pid 1 of a sandbox's container.
+func containerPid(t *testing.T, id string) int {
+	t.Helper()
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	st, err := cli.ContainerInspect(context.Background(), "airlock-"+id)
+	if err != nil || st.State == nil || st.State.Pid == 0 {
+		t.Fatalf("container of sandbox %s: %v", id, err)
+	}
+	return st.State.Pid
 }
 
 // containersOf counts the containers labelled with a sandbox id.
@@ -150,14 +174,17 @@ func TestFolderImage(t *testing.T) {
 		testenv.Require(t, "an x86_64 host (the tiny root copies its library paths)", fmt.Errorf("this is %s", runtime.GOARCH))
 	}
 	be := backend(t, docker.RuntimeRunc)
-	root := tinyRoot(t)
+	root, err := image.Resolve(nil, tinyRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
 	p, _ := sandbox.Policy{}.Normalize()
 	for round := range 2 {
 		inst, err := be.Create(context.Background(), sandbox.Spec{Image: root, Policy: p})
 		if err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		res, err := inst.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"echo", "from a folder"}})
+		res, err := sandbox.Exec(context.Background(), inst, sandbox.ProcessSpec{Cmd: []string{"echo", "from a folder"}})
 		if err != nil || res.Stdout != "from a folder\n" || res.ExitCode != 0 {
 			t.Errorf("round %d: %q %q %d %v", round, res.Stdout, res.Stderr, res.ExitCode, err)
 		}
@@ -211,6 +238,14 @@ func copyFile(t *testing.T, src, dst string) {
 	if _, err := io.Copy(out, in); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// dataImage is the built python image, or skips t (fails it under CI).
+func dataImage(t *testing.T) sandbox.Image {
+	t.Helper()
+	img, err := testimage.Resolve()
+	testenv.Require(t, "the python image (bash .ci/lib/image.sh)", err)
+	return img
 }
 
 // hasCap tells whether this process has a capability in its effective set.

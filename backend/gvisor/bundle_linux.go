@@ -20,11 +20,6 @@ import (
 // hostname is the sandbox's host name, as with every backend.
 const hostname = "airlock"
 
-// keeperArgs is the container's pid 1, run as keeperUID: a sleep that
-// ignores SIGCHLD (GNU env sets the disposition, which survives exec), so
-// that orphans are reaped at once.
-var keeperArgs = []string{"env", "--ignore-signal=CHLD", "sleep", "2147483647"}
-
 // sentryThreads is what the cgroup's pids cap allows gVisor's sentry and
 // gofer beyond the sandbox's own cap: their Go runtimes and the platform's
 // stub threads. A sentry that cannot make a thread dies, so this is a
@@ -38,15 +33,15 @@ var mountFlags = []string{"rbind", "nosuid", "nodev", "noexec"}
 // bundle writes config.json into dir, and the root folder the spec's root
 // points at (an overlay on an image, or the host image's folder); it
 // returns the bundle folder.
-func (i *instance) bundle(src rootSource, binds []hostdir.Bind, cgroupsPath string) (string, error) {
+func (i *instance) bundle(img sandbox.Image, binds []hostdir.Bind, cgroupsPath string) (string, error) {
 	dir := filepath.Join(i.dir.Path(), "bundle")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return "", err
 	}
 	spec := baseSpec(i.policy, cgroupsPath)
 	rootfs := filepath.Join(dir, "rootfs")
-	if src.dir != "" {
-		if err := overlayRoot(src.dir, dir, rootfs); err != nil {
+	if !img.IsHost() {
+		if err := overlayRoot(img.RootFS, dir, rootfs); err != nil {
 			return "", err
 		}
 	} else {
@@ -95,7 +90,7 @@ func baseSpec(pol sandbox.Policy, cgroupsPath string) *specs.Spec {
 		Hostname: hostname,
 		Process: &specs.Process{
 			User:            specs.User{UID: keeperUID, GID: keeperUID},
-			Args:            keeperArgs,
+			Args:            command.KeeperArgs,
 			Env:             env,
 			Cwd:             "/",
 			Capabilities:    &specs.LinuxCapabilities{},

@@ -82,37 +82,51 @@ while True:
     threading.Thread(target=serve, args=(c,), daemon=True).start()
 `
 
-// egressBind makes the folder that holds the proxy's socket and returns
-// its bind into the sandbox.
-func (i *instance) egressBind() (hostdir.Bind, error) {
-	dir := filepath.Join(i.dir.Path(), "egress")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return hostdir.Bind{}, err
-	}
-	return hostdir.Bind{Source: dir, Target: egressMount, ReadOnly: true}, nil
+// egressBridge is the host side of a sandbox's egress: the folder that
+// holds the proxy's socket, and the forwarder inside.
+type egressBridge struct {
+	dir       string
+	forwarder chan struct{} // closed when the forwarder's runsc exec ended
+	cmd       *exec.Cmd
 }
 
-// startEgress starts the proxy on the socket and the forwarder inside,
-// and waits until the forwarder listens.
-func (i *instance) startEgress(ctx context.Context, bind hostdir.Bind) error {
-	proxy, err := egress.New(egress.Options{Policy: i.policy.Network, Logger: i.backend.opts.Logger.With("sandbox", i.id),
-		Hooks: i.backend.opts.EgressHooks})
-	if err != nil {
-		return err
+// newEgressBridge makes the folder that holds the proxy's socket.
+func newEgressBridge(sandboxDir string) (*egressBridge, error) {
+	dir := filepath.Join(sandboxDir, "egress")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, err
 	}
-	i.proxy = proxy
-	sock := filepath.Join(bind.Source, egressSocket)
+	return &egressBridge{dir: dir}, nil
+}
+
+// bind is the folder's bind into the sandbox.
+func (e *egressBridge) bind() hostdir.Bind {
+	return hostdir.Bind{Source: e.dir, Target: egressMount, ReadOnly: true}
+}
+
+// listen opens the proxy's socket. Connecting needs write permission on
+// it; its folder is reachable only through the sandbox's bind.
+func (e *egressBridge) listen() (net.Listener, error) {
+	sock := filepath.Join(e.dir, egressSocket)
 	l, err := net.Listen("unix", sock)
 	if err != nil {
-		return fmt.Errorf("egress socket: %w", err)
+		return nil, fmt.Errorf("egress socket: %w", err)
 	}
-	// connecting needs write permission on the socket; its folder is
-	// reachable only through the sandbox's bind
 	if err := os.Chmod(sock, 0o666); err != nil {
 		l.Close()
-		return fmt.Errorf("egress socket: %w", err)
+		return nil, fmt.Errorf("egress socket: %w", err)
 	}
-	go func() { _ = proxy.Serve(context.Background(), l) }()
+	return l, nil
+}
+
+// egressEnv is what processes get to reach the forwarder.
+func egressEnv() map[string]string {
+	return egress.Env(net.JoinHostPort(egressHost, strconv.Itoa(egressPort)))
+}
+
+// startForwarder starts the forwarder inside as the keeper's user, and
+// waits until it listens: its first line must be exactly "ready".
+func (e *egressBridge) startForwarder(ctx context.Context, i *instance) error {
 	args := append(slices.Clone(i.flags), "exec", "--user", fmt.Sprintf("%d:%d", keeperUID, keeperUID), "--cwd", "/", i.cid,
 		"python3", "-c", forwarderScript, egressMount+"/"+egressSocket, egressHost, strconv.Itoa(egressPort))
 	cmd := exec.Command(i.backend.probe().runsc, args...)
@@ -125,27 +139,42 @@ func (i *instance) startEgress(ctx context.Context, bind hostdir.Bind) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("egress forwarder: %w", err)
 	}
-	i.forwarder = make(chan struct{})
+	e.cmd = cmd
+	e.forwarder = make(chan struct{})
 	ready := make(chan bool, 1)
-	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		ready <- strings.TrimSpace(line) == "ready"
+	i.sb.Go(func() {
+		line, _ := bufio.NewReader(io.LimitReader(out, 64)).ReadString('\n')
+		ready <- line == "ready\n"
 		_, _ = io.Copy(io.Discard, out)
 		_ = cmd.Wait()
-		close(i.forwarder)
-	}()
+		close(e.forwarder)
+	})
 	select {
 	case ok := <-ready:
 		if ok {
-			i.proxyEnv = egress.Env(net.JoinHostPort(egressHost, strconv.Itoa(egressPort)))
 			return nil
 		}
-		<-i.forwarder
+		<-e.forwarder
 		return fmt.Errorf("egress forwarder (python3 in the image) did not start: %s: %w", strings.TrimSpace(stderr.String()), sandbox.ErrUnsupported)
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(forwarderWait):
 		return fmt.Errorf("egress forwarder did not listen within %v", forwarderWait)
+	}
+}
+
+// close waits for the forwarder's runsc exec to end (the sandbox is
+// being deleted).
+func (e *egressBridge) close(ctx context.Context) error {
+	if e.forwarder == nil {
+		return nil
+	}
+	select {
+	case <-e.forwarder:
+		return nil
+	case <-ctx.Done():
+		_ = e.cmd.Process.Kill()
+		return fmt.Errorf("egress forwarder: %w", ctx.Err())
 	}
 }
 

@@ -3,7 +3,6 @@ package gvisor
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,10 +12,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/airlock-sandbox/airlock/backend/internal/cgstat"
 	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
+	"github.com/airlock-sandbox/airlock/backend/internal/watchdog"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -29,9 +28,9 @@ const (
 	keeperUID  = 65534
 )
 
-// KeeperTasks is added to the pids cap for the container's own process,
+// KeeperTasks is added to the pids cap for the container's own processes,
 // its pid 1.
-const KeeperTasks = 1
+const KeeperTasks = 2
 
 // Backend creates gVisor sandboxes.
 type Backend struct {
@@ -59,6 +58,14 @@ func New(opts Options) *Backend {
 
 // Name is "gvisor".
 func (b *Backend) Name() string { return "gvisor" }
+
+// Features: everything but TTY, pause and checkpoint; egress through a
+// socket bound in; gVisor's own kernel, which the host ends whole at the
+// memory cap.
+func (b *Backend) Features() sandbox.Features {
+	return sandbox.Features{Egress: true, ConcurrentProcesses: true, KeepAlive: true, Signals: true,
+		Files: sandbox.FilesHostDir, OwnKernel: true}
+}
 
 // Close has nothing to release: each sandbox owns its runsc processes.
 func (b *Backend) Close() error { return nil }
@@ -119,6 +126,9 @@ func (b *Backend) Capabilities(ctx context.Context) sandbox.Capabilities {
 	m("network", "no network", sandbox.Full, "runsc --network=none")
 	m("resources", "cgroups", sandbox.Full, "memory without swap, CPU quota, a pids safety net for the sentry")
 	m("resources", "pids", sandbox.Full, "RLIMIT_NPROC, enforced by the sentry; no pids_limit_hit report")
+	m("resources", "socket buffers", sandbox.Full, "gVisor's network stack keeps socket buffers in the sentry's memory, inside the memory cap")
+	m("lifecycle", "sweep", sandbox.Full, "runsc ps finds what a process left; a root helper inside kills it, sparing the trees of live processes")
+	m("lifecycle", "watchdog", sandbox.Full, "a host process per sandbox deletes it when airlock dies")
 	return caps
 }
 
@@ -186,28 +196,12 @@ func (b *Backend) stop(ctx context.Context, dir, cid string) {
 	if _, err := b.runsc(ctx, stateRoot, b.flags(stateRoot, false), "delete", "--force", cid); err != nil {
 		b.opts.Logger.Warn("runsc delete", "sandbox", cid, "err", err)
 	}
-	killByArg("--root=" + stateRoot)
+	watchdog.KillByArg(killArg(stateRoot))
 }
 
-// killByArg kills the processes that have arg among their arguments.
-func killByArg(arg string) {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		for _, a := range bytes.Split(b, []byte{0}) {
-			if string(a) == arg {
-				var pid int
-				if _, err := fmt.Sscan(e.Name(), &pid); err == nil {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
-				}
-				break
-			}
-		}
-	}
-}
+// killArg is the argument that every runsc process serving the sandbox
+// whose state is in stateRoot has.
+func killArg(stateRoot string) string { return "--root=" + stateRoot }
 
 // containerID is the runsc container id of a sandbox.
 func containerID(id string) string { return "airlock-" + id }
@@ -222,8 +216,8 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	if err != nil {
 		return nil, err
 	}
-	root, err := b.resolve(spec.Image)
-	if err != nil {
+	weak := b.Capabilities(ctx).Weakened()
+	if err := pol.RefuseWeak("this host", weak); err != nil {
 		return nil, err
 	}
 	b.cleaned.Do(func() { b.CleanupStale(ctx) })
@@ -231,47 +225,11 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 	if err != nil {
 		return nil, err
 	}
-	inst := &instance{id: id, cid: containerID(id), backend: b, policy: pol, imageEnv: root.env}
-	if err := inst.start(ctx, root); err != nil {
+	inst := newInstance(b, id, pol, weak, spec.Image.Env)
+	if err := inst.start(ctx, spec.Image); err != nil {
 		_ = inst.Destroy(context.Background())
 		return nil, err
 	}
-	b.opts.Logger.Debug("sandbox created", "id", id, "image", spec.Image)
+	b.opts.Logger.Debug("sandbox created", "id", id, "image", spec.Image.Name)
 	return inst, nil
-}
-
-// rootSource is where a sandbox's root comes from: an image folder, or
-// the host's folders when dir is empty; and the environment the image's
-// programs start with.
-type rootSource struct {
-	dir string
-	env map[string]string
-}
-
-func (b *Backend) resolve(name string) (rootSource, error) {
-	switch {
-	case name == "" || name == "host":
-		return rootSource{}, nil
-	case strings.ContainsRune(name, '/') || strings.HasPrefix(name, "."):
-		abs, err := filepath.Abs(name)
-		if err != nil {
-			return rootSource{}, err
-		}
-		if st, err := os.Stat(abs); err != nil || !st.IsDir() {
-			return rootSource{}, fmt.Errorf("image folder %s: not a folder: %w", abs, sandbox.ErrNotFound)
-		}
-		return rootSource{dir: abs}, nil
-	case b.opts.Images != nil:
-		img, err := b.opts.Images.Get(name)
-		if err != nil {
-			return rootSource{}, err
-		}
-		return rootSource{dir: img.RootFS(), env: img.Manifest.Env}, nil
-	}
-	return rootSource{}, fmt.Errorf("image %q: not built (see 'airlock image ls'), and not a folder: %w", name, sandbox.ErrNotFound)
-}
-
-// isCtxErr tells whether err is ctx's own error.
-func isCtxErr(ctx context.Context, err error) bool {
-	return ctx.Err() != nil && errors.Is(err, ctx.Err())
 }

@@ -11,10 +11,9 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/backend/internal/containertest"
 	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
-	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
-	"github.com/airlock-sandbox/airlock/egress"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -48,34 +47,35 @@ func leftovers() []string {
 	return out
 }
 
-func newBackend(t *testing.T, images image.Lookup) *gvisor.Backend {
+func newBackend(t *testing.T) *gvisor.Backend {
 	t.Helper()
-	be := gvisor.New(gvisor.Options{Runsc: containertest.Runsc(t), Images: images})
+	be := gvisor.New(gvisor.Options{Runsc: containertest.Runsc(t)})
 	testenv.Require(t, "root, and gVisor's runsc", be.Probe(context.Background()))
 	return be
+}
+
+// dataImage is the built python image, or skips t (fails it under CI).
+func dataImage(t *testing.T) sandbox.Image {
+	t.Helper()
+	img, err := testimage.Resolve()
+	testenv.Require(t, "the python image (bash .ci/lib/image.sh)", err)
+	return img
 }
 
 // TestSuiteImage runs the suite on the python image's folder (no image
 // environment, which the environment check does not expect), and the
 // data-work test on the python image itself.
 func TestSuiteImage(t *testing.T) {
-	be := newBackend(t, testimage.Store(t))
-	backendtest.Run(t, backendtest.Config{Backend: be, Image: testimage.Folder(t), Skip: containertest.Merge(containertest.GVisorSkips, containertest.ProfileSkips, containertest.ImageSkips),
-		Leftovers: leftovers, PidsReserve: gvisor.KeeperTasks, WithEgressHooks: withHooks(t, testimage.Store(t)),
-		DataImage: containertest.Image})
+	folder, err := image.Resolve(nil, testimage.Folder(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	backendtest.Run(t, backendtest.Config{Backend: newBackend(t), Image: folder,
+		Skip:      containertest.Merge(containertest.GVisorSkips, containertest.ProfileSkips, containertest.ImageSkips),
+		Leftovers: leftovers, PidsReserve: gvisor.KeeperTasks, DataImage: dataImage(t)})
 }
 
 func TestSuiteHost(t *testing.T) {
-	be := newBackend(t, testimage.Store(t))
-	backendtest.Run(t, backendtest.Config{Backend: be, Image: "host", Skip: containertest.Merge(containertest.GVisorSkips, containertest.ProfileSkips),
-		Leftovers: leftovers, PidsReserve: gvisor.KeeperTasks, WithEgressHooks: withHooks(t, nil),
-		DataImage: containertest.Image})
-}
-
-// withHooks makes backends whose egress proxy uses the suite's test hooks.
-func withHooks(t *testing.T, images image.Lookup) func(egress.Hooks) sandbox.Backend {
-	runsc := containertest.Runsc(t)
-	return func(h egress.Hooks) sandbox.Backend {
-		return gvisor.New(gvisor.Options{Runsc: runsc, Images: images, EgressHooks: h})
-	}
+	backendtest.Run(t, backendtest.Config{Backend: newBackend(t), Image: sandbox.HostImage(), Skip: containertest.Merge(containertest.GVisorSkips, containertest.ProfileSkips),
+		Leftovers: leftovers, PidsReserve: gvisor.KeeperTasks, DataImage: dataImage(t)})
 }

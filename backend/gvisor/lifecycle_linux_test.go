@@ -2,41 +2,36 @@ package gvisor_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/gvisor"
+	"github.com/airlock-sandbox/airlock/backend/internal/cgstat"
 	"github.com/airlock-sandbox/airlock/backend/internal/containertest"
 	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
-	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
+	"github.com/airlock-sandbox/airlock/image"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
-// childMode lets the test binary play a second airlock process: it holds
-// a sandbox until it is killed.
+// childMode lets the test binary play a second airlock process that
+// holds a sandbox of the host image (containertest.Hold).
 func childMode() bool {
 	if os.Getenv("AIRLOCK_TEST_CHILD") != "hold" {
 		return false
 	}
-	be := gvisor.New(gvisor.Options{Runsc: os.Getenv("AIRLOCK_TEST_RUNSC")})
-	p, _ := sandbox.Policy{}.Normalize()
-	inst, err := be.Create(context.Background(), sandbox.Spec{Image: "host", Policy: p})
-	if err != nil {
-		fmt.Println("error", err)
-		return true
-	}
-	fmt.Println("ready", inst.ID())
-	select {}
+	containertest.Hold(gvisor.New(gvisor.Options{Runsc: os.Getenv("AIRLOCK_TEST_RUNSC")}), sandbox.HostImage())
+	return true
 }
 
 func TestMemoryEndsSandbox(t *testing.T) {
-	containertest.MemoryEndsSandbox(t, newBackend(t, nil), "host")
+	containertest.MemoryEndsSandbox(t, newBackend(t), sandbox.HostImage())
 }
 
 // sandboxProcesses lists the host pids serving one sandbox: the sentry
@@ -58,9 +53,9 @@ func sandboxProcesses(owner, id string) []string {
 // host's first OOM victims: oom_score_adj inside gVisor is the sentry's
 // own number.
 func TestOOMScoreAdj(t *testing.T) {
-	be := newBackend(t, nil)
+	be := newBackend(t)
 	p, _ := sandbox.Policy{}.Normalize()
-	inst, err := be.Create(context.Background(), sandbox.Spec{Image: "host", Policy: p})
+	inst, err := be.Create(context.Background(), sandbox.Spec{Image: sandbox.HostImage(), Policy: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,23 +72,20 @@ func TestOOMScoreAdj(t *testing.T) {
 	}
 }
 
-// TestStaleCleanup kills an airlock process that holds a sandbox: the
-// sandbox outlives it, and the next Backend deletes it and its folder,
-// but not the sandboxes of live processes.
+// TestStaleCleanup kills an airlock process that holds a sandbox, and its
+// watchdog: the sandbox outlives them, and the next Backend deletes it
+// and its folder, but not the sandboxes of live processes.
 func TestStaleCleanup(t *testing.T) {
-	be := newBackend(t, nil)
+	be := newBackend(t)
 	p, _ := sandbox.Policy{}.Normalize()
-	mine, err := be.Create(context.Background(), sandbox.Spec{Image: "host", Policy: p})
+	mine, err := be.Create(context.Background(), sandbox.Spec{Image: sandbox.HostImage(), Policy: p})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mine.Destroy(context.Background())
-	child := backendtest.StartChild(t, "AIRLOCK_TEST_CHILD=hold", "AIRLOCK_TEST_RUNSC="+containertest.Runsc(t))
-	var id string
-	if _, err := fmt.Sscanf(child.Line, "ready %s", &id); err != nil {
-		t.Fatalf("child: %q", child.Line)
-	}
+	child, id := containertest.StartHolder(t, "AIRLOCK_TEST_RUNSC="+containertest.Runsc(t))
 	owner := child.Owner
+	containertest.KillWatchdogs(t, child.Pid)
 	child.Kill()
 	if len(sandboxProcesses(owner, id)) == 0 {
 		t.Fatalf("the dead process's sandbox %s is not running; nothing to clean", id)
@@ -111,9 +103,34 @@ func TestStaleCleanup(t *testing.T) {
 	if _, err := os.Stat(want); !os.IsNotExist(err) {
 		t.Errorf("its folder is still there: %v", err)
 	}
-	if res, err := mine.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"echo", "alive"}}); err != nil || res.Stdout != "alive\n" {
+	if res, err := sandbox.Exec(context.Background(), mine, sandbox.ProcessSpec{Cmd: []string{"echo", "alive"}}); err != nil || res.Stdout != "alive\n" {
 		t.Errorf("a live process's sandbox after the cleanup: %q %v", res.Stdout, err)
 	}
+}
+
+// TestDiesWithOwner kills an airlock process with SIGKILL while its
+// sandbox spins: the watchdog deletes the sandbox and its folder within
+// seconds.
+func TestDiesWithOwner(t *testing.T) {
+	newBackend(t)
+	child, id := containertest.StartHolder(t, "AIRLOCK_TEST_RUNSC="+containertest.Runsc(t), "AIRLOCK_TEST_BUSY=1")
+	folder := filepath.Join(stateDir, child.Owner+"-"+id)
+	b, err := os.ReadFile(filepath.Join(folder, "sandbox.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := cgstat.ForPID(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	containertest.DiesWithOwner(t, child, id, cg, func() bool {
+		_, err := os.Stat(folder)
+		return len(sandboxProcesses(child.Owner, id)) == 0 && os.IsNotExist(err)
+	})
 }
 
 // TestImageFolderUntouched runs a sandbox on an image folder and checks
@@ -123,9 +140,13 @@ func TestStaleCleanup(t *testing.T) {
 func TestImageFolderUntouched(t *testing.T) {
 	folder := testimage.Folder(t)
 	before := topEntries(t, folder)
-	be := newBackend(t, nil)
-	inst := backendtest.Create(t, be, folder, backendtest.Policy(t, nil))
-	res, err := inst.Exec(context.Background(), sandbox.ExecRequest{Cmd: []string{"sh", "-c", "ls -d /dev/shm /workspace/output && touch /dev/shm/x"}})
+	be := newBackend(t)
+	img, err := image.Resolve(nil, folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := backendtest.Create(t, be, img, backendtest.Policy(t, nil))
+	res, err := sandbox.Exec(context.Background(), inst, sandbox.ProcessSpec{Cmd: []string{"sh", "-c", "ls -d /dev/shm /workspace/output && touch /dev/shm/x"}})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("run on the image folder: %v %q %q", err, res.Stdout, res.Stderr)
 	}

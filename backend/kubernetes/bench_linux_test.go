@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/backend/native"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/session"
 )

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
-	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/backend/kubernetes"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"

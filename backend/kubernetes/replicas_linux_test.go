@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
-	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/backend/kubernetes"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/server"
 	"github.com/airlock-sandbox/airlock/session"

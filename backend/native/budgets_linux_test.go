@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/native"
+	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
@@ -22,7 +23,7 @@ import (
 // it prints "held N" (how many it got) and sleeps. With "try" it only
 // tries once and prints "ok" or the error.
 const budgetProbe = `
-import ctypes, errno, os, signal, sys, time
+import ctypes, errno, os, shutil, signal, sys, tempfile, time
 libc = ctypes.CDLL(None, use_errno=True)
 what, mode = sys.argv[1], sys.argv[2]
 
@@ -35,24 +36,32 @@ def one(i):
         return fd >= 0
     if what == "watches":
         global wfd
-        return libc.inotify_add_watch(wfd, ("/tmp/w%d" % i).encode(), 0x100) >= 0
+        return libc.inotify_add_watch(wfd, ("%s/w%d" % (wdir, i)).encode(), 0x100) >= 0
     if what == "sigpending":
         return libc.sigqueue(os.getpid(), signal.SIGRTMIN, 0) == 0
     if what == "mqueue":
         attr = MqAttr(0, 10, 8192, 0)
-        return libc.mq_open(("/airlock-budget-%d-%d" % (os.getpid(), i)).encode(), os.O_CREAT | os.O_RDWR, 0o600, ctypes.byref(attr)) >= 0
+        return libc.mq_open(qname(i), os.O_CREAT | os.O_RDWR, 0o600, ctypes.byref(attr)) >= 0
 
+def qname(i):
+    return ("/airlock-budget-%d-%d" % (os.getpid(), i)).encode()
+
+# on the host ("try") the watched file lives in a folder of its own, and
+# the queue is unlinked: host root's budget must not keep what a run took
+wdir = "/tmp" if mode == "hold" else tempfile.mkdtemp()
 if what == "watches":
     wfd = libc.inotify_init1(0)
-    if mode == "hold":
-        for i in range(20000):
-            open("/tmp/w%d" % i, "w").close()
-    else:
-        open("/tmp/w0", "w").close()
+    for i in range(20000 if mode == "hold" else 1):
+        open("%s/w%d" % (wdir, i), "w").close()
 if what == "sigpending":
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
 if mode == "try":
-    print("ok" if one(0) else "failed " + errno.errorcode.get(ctypes.get_errno(), "?"), flush=True)
+    got = one(0)
+    err = errno.errorcode.get(ctypes.get_errno(), "?")
+    if what == "mqueue":
+        libc.mq_unlink(qname(0))
+    shutil.rmtree(wdir)
+    print("ok" if got else "failed " + err, flush=True)
     sys.exit(0)
 n = 0
 while n < 1000000 and one(n):
@@ -151,17 +160,7 @@ func TestHostIDs(t *testing.T) {
 }
 
 // initPids lists the sandbox inits this test process started.
-func initPids() []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && strings.HasPrefix(string(b), "airlock-sandbox-init") && parentOf(e.Name()) == os.Getpid() {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
+func initPids() []string { return leakcheck.InitPids(os.Getpid()) }
 
 // nsOwner asks the kernel which host uid owns process pid's user namespace.
 func nsOwner(pid string) (uint32, error) {

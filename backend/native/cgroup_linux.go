@@ -596,8 +596,40 @@ func (cg *cgroup) newProc(name string, owner int) (p *procCgroup, tasks []*os.Fi
 	return p, tasks, dir, nil
 }
 
-// sweepTimeout bounds one sweep.
-const sweepTimeout = 10 * time.Second
+// A sweep waits for the processes it killed as long as their number keeps
+// falling: on a loaded host, each of a fork bomb's copies of a large
+// process (Python with pandas loaded) can take a second or more to free
+// its memory, so a hundred of them take far longer than any one. It gives
+// up when none ended for sweepStall, or at sweepTimeout.
+const (
+	sweepStall   = 10 * time.Second
+	sweepTimeout = 2 * time.Minute
+)
+
+// progress tells a sweep's wait loop when to give up.
+type progress struct {
+	last            int64
+	stall, deadline time.Time
+}
+
+func newProgress(deadline time.Time) *progress {
+	return &progress{last: -1, deadline: deadline}
+}
+
+// stuck takes the number still left and says whether to give up, and why.
+func (p *progress) stuck(n int64) (bool, string) {
+	now := time.Now()
+	if p.last < 0 || n < p.last {
+		p.last, p.stall = n, now.Add(sweepStall)
+	}
+	switch {
+	case now.After(p.deadline):
+		return true, fmt.Sprintf("after %v", sweepTimeout)
+	case now.After(p.stall):
+		return true, fmt.Sprintf("none ended for %v", sweepStall)
+	}
+	return false, ""
+}
 
 // sweep kills everything in the process's folder but init and waits
 // until nothing else is left there. On cgroup v1, init's thread that
@@ -611,7 +643,7 @@ func (p *procCgroup) sweep(initPid int) error {
 			if err := writeFile(d, "cgroup.kill", "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
-		} else if err := freezeAndKill(d, initPid, deadline); err != nil {
+		} else if err := freezeAndKill(d, initPid); err != nil {
 			return err
 		}
 	}
@@ -620,41 +652,88 @@ func (p *procCgroup) sweep(initPid int) error {
 			return err
 		}
 	}
+	if hy := p.host.ctl[ctlPids]; hy != nil && p.dirs[hy] != "" {
+		return waitReaped(p.dirs[hy], hy.v2, deadline)
+	}
 	return nil
 }
 
-// freezeAndKill freezes a v1 freezer folder, so that nothing in it can
-// fork, kills everything in it, and thaws it for the kills to land.
-func freezeAndKill(d string, spare int, deadline time.Time) error {
+// waitReaped waits until the killed tasks of pids folder d are reaped: a
+// killed process whose parent died is a zombie until init reaps it, and
+// until then it still counts against the sandbox's pids cap (pids.current)
+// though no folder lists it. After a fork bomb, the next command would
+// otherwise fail to start. Live tasks listed in the folder (init's thread
+// that has not left it yet, on v1) are not waited for.
+func waitReaped(d string, v2 bool, deadline time.Time) error {
+	list := "tasks"
+	if v2 {
+		list = "cgroup.procs"
+	}
+	pr := newProgress(deadline)
+	for wait := 50 * time.Microsecond; ; wait = min(wait*2, 5*time.Millisecond) {
+		n, ok := readCount(filepath.Join(d, "pids.current"))
+		if !ok {
+			return nil
+		}
+		b, _ := os.ReadFile(filepath.Join(d, list))
+		if n <= int64(len(strings.Fields(string(b)))) {
+			return nil
+		}
+		if stuck, why := pr.stuck(n); stuck {
+			return fmt.Errorf("cgroup %s: %d tasks not reaped, %s", d, n, why)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// readCount reads a file holding one number.
+func readCount(p string) (int64, bool) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil
+}
+
+// freezeWait bounds the wait for a v1 freezer folder to be frozen.
+const freezeWait = 200 * time.Millisecond
+
+// freezeAndKill keeps what is in a v1 freezer folder from forking while
+// it is killed: it asks the folder to freeze, kills everything it lists
+// (a frozen task dies once thawed), and thaws it, always. It waits for
+// the freeze only a moment: under load, a fork bomb's tasks in the middle
+// of a fork take seconds to freeze; a task not frozen yet has the kill
+// pending, which ends its fork, and what it forked meanwhile is frozen at
+// birth and killed by the sweep's next pass.
+func freezeAndKill(d string, spare int) error {
 	if err := writeFile(d, "freezer.state", "FROZEN"); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil
 		}
 		return err
 	}
-	for {
+	for until := time.Now().Add(freezeWait); time.Now().Before(until); time.Sleep(100 * time.Microsecond) {
 		b, err := os.ReadFile(filepath.Join(d, "freezer.state"))
 		if err != nil || strings.TrimSpace(string(b)) == "FROZEN" {
 			break
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s did not freeze", d)
-		}
-		time.Sleep(100 * time.Microsecond)
 	}
 	killCgroupProcs(d, spare)
 	return writeFile(d, "freezer.state", "THAWED")
 }
 
 // killUntilEmpty kills what is in folder d, but process spare, until no
-// other process is left in it.
+// other process is left in it, while they keep ending.
 func killUntilEmpty(d string, spare int, deadline time.Time) error {
+	pr := newProgress(deadline)
 	for wait := 50 * time.Microsecond; ; wait = min(wait*2, 5*time.Millisecond) {
-		if killCgroupProcs(d, spare) == 0 {
+		n := killCgroupProcs(d, spare)
+		if n == 0 {
 			return nil
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s: processes still running after %v", d, sweepTimeout)
+		if stuck, why := pr.stuck(int64(n)); stuck {
+			return fmt.Errorf("cgroup %s: %d processes still running, %s", d, n, why)
 		}
 		time.Sleep(wait)
 	}

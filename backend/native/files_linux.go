@@ -63,7 +63,7 @@ func (f *files) Put(ctx context.Context, path string, r io.Reader, max int64) (s
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
-		_, _ = io.Copy(pw, contextReader{ctx, r})
+		_, _ = io.Copy(pw, command.ContextReader(ctx, r))
 		pw.Close()
 	}()
 	inf, err := f.op(ctx, nsinit.FileOp{Op: nsinit.FilePut, Path: path, Max: max}, pr)
@@ -153,17 +153,4 @@ func fileInfo(i *dirfs.Info) sandbox.FileInfo {
 		return sandbox.FileInfo{}
 	}
 	return sandbox.FileInfo{Path: i.Path, Name: i.Name, Size: i.Size, Mode: fs.FileMode(i.Mode), ModTime: i.ModTime, Target: i.Target}
-}
-
-// contextReader stops a copy when its context ends.
-type contextReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c contextReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

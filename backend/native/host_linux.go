@@ -23,6 +23,7 @@ type hostInfo struct {
 	userNS      error // why user namespaces are unusable, or nil
 	seccomp     bool
 	landlockABI int
+	memfdNoexec bool // the kernel has vm.memfd_noexec (Linux 6.3+)
 	cgroups     *cgroupHost
 	cgroupErr   error // why cgroups cannot be created, or nil
 }
@@ -39,6 +40,8 @@ func probeHost(cgroupParent string, trackUnified bool) *hostInfo {
 	_, err := unix.PrctlRetInt(unix.PR_GET_SECCOMP, 0, 0, 0, 0)
 	h.seccomp = err == nil
 	h.landlockABI = nsinit.LandlockABI()
+	_, err = os.Stat("/proc/sys/vm/memfd_noexec")
+	h.memfdNoexec = err == nil
 	h.cgroups = detectCgroups(cgroupParent, trackUnified)
 	h.cgroupErr = cgroupsWritable(h.cgroups)
 	return h
@@ -127,6 +130,13 @@ func (h *hostInfo) mechanisms() []sandbox.Mechanism {
 		m("privileges", "seccomp", h.seccomp, sandbox.Missing, "allowlist filter"),
 		m("privileges", "landlock scoping", h.landlockABI >= 6, sandbox.Weaker, scopeDetail),
 	)
+	if h.root {
+		noexec := "vm.memfd_noexec = 2 in each sandbox: no memfd can be executed"
+		if !h.memfdNoexec {
+			noexec = "kernel " + h.kernel + " has no vm.memfd_noexec (Linux 6.3+): a binary written into a memfd can run"
+		}
+		out = append(out, m("filesystem", "memfd noexec", h.memfdNoexec, sandbox.Weaker, noexec))
+	}
 	cg := h.cgroupErr == nil
 	for _, c := range []struct{ ctl, fallback string }{
 		{ctlMemory, "RLIMIT_AS per process instead of a cap on the sandbox: all its processes together may hold up to the pids cap times the memory cap; no OOM report"},

@@ -174,7 +174,7 @@ func (i *instance) bootInit(h *hostInfo) error {
 	// vm.memfd_noexec is set beside init's start; configure waits for it
 	// before init takes its config.
 	i.noexec = make(chan error, 1)
-	if h.root {
+	if h.root && h.memfdNoexec {
 		go func() { i.noexec <- setMemfdNoexec(i.cmd.Process.Pid) }()
 	} else {
 		i.noexec <- nil

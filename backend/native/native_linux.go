@@ -195,8 +195,8 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 		return nil, err
 	}
 	weak := b.Capabilities(ctx).Weakened()
-	if pol.Strict && len(weak) > 0 {
-		return nil, fmt.Errorf("strict policy, but this host can only give weaker layers: %s: %w", strings.Join(weak, "; "), sandbox.ErrUnsupported)
+	if err := pol.RefuseWeak("this host", weak); err != nil {
+		return nil, err
 	}
 	id, err := hostdir.PickID(spec.ID)
 	if err != nil {

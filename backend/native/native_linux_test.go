@@ -2,16 +2,13 @@ package native_test
 
 import (
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
-	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/backend/native"
 	"github.com/airlock-sandbox/airlock/internal/leakcheck"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -29,51 +26,31 @@ func leftovers() []string { return leftoversOf(os.Getpid()) }
 
 // leftoversOf lists the init processes and cgroups of airlock process pid.
 func leftoversOf(pid int) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.HasPrefix(string(b), "airlock-sandbox-init") && parentOf(e.Name()) == pid {
-			out = append(out, "process "+e.Name()+": "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
+	out := leakcheck.Inits(pid)
 	for _, d := range leakcheck.Cgroups(pid) {
 		out = append(out, "cgroup "+d)
 	}
 	return out
 }
 
-// parentOf reads a process's parent pid; 0 if it is gone.
-func parentOf(pid string) int {
-	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
-}
-
 func TestSuite(t *testing.T) {
 	testenv.Require(t, "root: the native suite runs as root here (CI does; rootless runs are covered by TestRootless)", testenv.Root())
-	var dataImage sandbox.Image
-	if img, err := testimage.Resolve(); err == nil {
-		dataImage = img
-	} else if testenv.CI() {
-		t.Fatalf("the python image is required under CI: %v", err)
-	} else {
-		t.Logf("the data image test will skip: %v (bash .ci/lib/image.sh builds the image)", err)
-	}
 	backendtest.Run(t, backendtest.Config{
 		Backend:   native.New(native.Options{}),
 		Image:     sandbox.HostImage(),
-		DataImage: dataImage,
+		DataImage: dataImage(t),
 		Leftovers: leftovers,
 	})
+}
+
+// dataImage is the python image for the suite's data-work test; without
+// one that test skips, saying why (under CI it fails).
+func dataImage(t *testing.T) sandbox.Image {
+	img, err := testimage.Resolve()
+	if err != nil {
+		t.Logf("the data image test will skip: %v (bash .ci/lib/image.sh builds the image)", err)
+	}
+	return img
 }
 
 // TestSuiteUnifiedSweep runs the suite with every process tracked and
@@ -88,6 +65,7 @@ func TestSuiteUnifiedSweep(t *testing.T) {
 	backendtest.Run(t, backendtest.Config{
 		Backend:   native.New(native.Options{TrackUnified: true}),
 		Image:     sandbox.HostImage(),
+		DataImage: dataImage(t),
 		Leftovers: leftovers,
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/docker"
 	"github.com/airlock-sandbox/airlock/backend/gvisor"
 	"github.com/airlock-sandbox/airlock/backend/kubernetes"
+	"github.com/airlock-sandbox/airlock/backend/microvm"
 	"github.com/airlock-sandbox/airlock/backend/native"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -17,7 +18,7 @@ import (
 )
 
 // backendNames lists the backends this binary can run, in doctor's order.
-var backendNames = []string{"native", "docker", "gvisor", "kubernetes"}
+var backendNames = []string{"native", "docker", "gvisor", "microvm", "kubernetes"}
 
 // backendOptions are the settings of a backend that the command line
 // gives; they apply to the backends that know them.
@@ -51,6 +52,8 @@ func newBackend(env *cliEnv, name string, o backendOptions) (sandbox.Backend, er
 		return gvisor.New(gvisor.Options{Runsc: runsc}), nil
 	case "kubernetes":
 		return kubernetes.New(kubernetesOptions(env)), nil
+	case "microvm":
+		return microvm.New(microvm.Options{Accel: env.getenv("AIRLOCK_MICROVM_ACCEL")}), nil
 	}
 	return nil, fmt.Errorf("unknown backend %q (have: %s): %w", name, strings.Join(backendNames, ", "), sandbox.ErrInvalid)
 }

@@ -152,6 +152,14 @@ type flagSet struct {
 	valueErr error
 }
 
+// backendNamed tells, after parse, whether --backend or AIRLOCK_BACKEND
+// named a backend; a server (AIRLOCK_URL) otherwise picks its default.
+func (fs *flagSet) backendNamed() bool {
+	named := fs.env.getenv("AIRLOCK_BACKEND") != ""
+	fs.Visit(func(f *flag.Flag) { named = named || f.Name == "backend" })
+	return named
+}
+
 func newFlagSet(env *cliEnv, name, usage string) *flagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)

@@ -21,6 +21,8 @@ const imageUsage = `usage:
   airlock image build NAME [--file image.json] [--mirror URL] [--replace] [--verbose]
   airlock image ls [--json]
   airlock image rm NAME
+  airlock image kernel         fetch the microvm backend's guest kernel (Debian's
+                               linux-image-cloud-amd64) into the store
 
 Images live in $AIRLOCK_HOME/images, else $XDG_DATA_HOME/airlock/images,
 else ~/.local/share/airlock/images. Without --file, NAME is a built-in
@@ -40,6 +42,8 @@ func runImage(ctx context.Context, env *cliEnv, args []string) int {
 		return imageList(env, rest)
 	case "rm", "remove":
 		return imageRemove(env, rest)
+	case "kernel":
+		return imageKernel(ctx, env, rest)
 	case "-h", "-help", "--help", "help":
 		printImageUsage(env.stdout)
 		return 0
@@ -192,6 +196,23 @@ func imageRemove(env *cliEnv, args []string) int {
 	if err := store.Remove(pos[0]); err != nil {
 		return imageFailure(env, "rm", err)
 	}
+	return 0
+}
+
+func imageKernel(ctx context.Context, env *cliEnv, args []string) int {
+	fs := newFlagSet(env, "image kernel", "image kernel")
+	if _, code, ok := imageArgs(env, fs, args, 0, "takes no arguments"); !ok {
+		return code
+	}
+	store, err := openImageStore(env)
+	if err != nil {
+		return imageFailure(env, "kernel", err)
+	}
+	k, err := image.FetchKernel(ctx, store.KernelDir(), env.stderr)
+	if err != nil {
+		return imageFailure(env, "kernel", err)
+	}
+	fmt.Fprintf(env.stdout, "%s\t%s %s\t%s\n", k.Release, k.Package, k.Version, k.Dir)
 	return 0
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/airlock-sandbox/airlock/artifact"
+	"github.com/airlock-sandbox/airlock/client"
 	"github.com/airlock-sandbox/airlock/internal/termsafe"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/session"
@@ -22,6 +23,11 @@ func init() {
 
 const runUsage = `run [flags] -- COMMAND [ARG...]
        airlock run [flags] --lang python|bash|node --code FILE   (FILE "-" reads stdin)
+
+With AIRLOCK_URL set (and AIRLOCK_API_KEY), the run is a session of that airlock
+serve: the inputs are uploaded, the output streams back, the accepted artifacts
+are downloaded into --output, and the session is deleted; --runtime does not
+apply, and --stdin passes at most 1MiB.
 
 Exit status: the command's own; 124 timed out; 137 killed for memory; 125 airlock
 failed; 2 the command line is wrong; 130 and 143 interrupted by SIGINT (Ctrl-C) and
@@ -38,6 +44,9 @@ type runOptions struct {
 	json, strict, stdin, raw, overwrite         bool
 	policy                                      sandbox.Policy
 	cmd                                         []string
+	// backendSet: --backend or AIRLOCK_BACKEND named one; a server
+	// (AIRLOCK_URL) otherwise picks its default.
+	backendSet bool
 }
 
 func parseRun(env *cliEnv, args []string) (*runOptions, error) {
@@ -74,6 +83,7 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 	if err := fs.parse(args); err != nil {
 		return nil, err
 	}
+	o.backendSet = fs.backendNamed()
 	o.policy.Strict = o.strict
 	for _, kv := range o.envs {
 		k, v, err := sandbox.ParseEnv(kv)
@@ -136,6 +146,9 @@ func (o *runOptions) command(env *cliEnv, args []string) ([]string, error) {
 }
 
 func runRun(ctx context.Context, env *cliEnv, args []string) int {
+	if env.getenv(client.EnvURL) != "" {
+		return runRemote(ctx, env, args)
+	}
 	o, inputs, m, err := prepareRun(ctx, env, args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -145,10 +158,7 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		return exitUsage
 	}
 	defer m.Close(context.WithoutCancel(ctx))
-	fail := func(err error) int {
-		env.errorf("airlock run: %s", errText(err))
-		return sandbox.ExitFailed
-	}
+	fail := func(err error) int { return runFailed(env, err) }
 	if o.output != "" {
 		if err := os.MkdirAll(o.output, 0o755); err != nil {
 			return fail(fmt.Errorf("--output: %w", err))
@@ -169,6 +179,13 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		Process: proc,
 		Output:  artifact.Destination{Dir: o.output, Overwrite: o.overwrite},
 	})
+	return finishRun(ctx, env, o, term, res, err)
+}
+
+// finishRun reports a one-shot run's end, wherever it ran: the
+// interruption, the Result as JSON or lines on stderr, and the exit
+// status.
+func finishRun(ctx context.Context, env *cliEnv, o *runOptions, term *termsafe.Terminal, res sandbox.Result, err error) int {
 	if term != nil {
 		term.Flush()
 	}
@@ -186,12 +203,18 @@ func runRun(ctx context.Context, env *cliEnv, args []string) int {
 		}
 	}
 	if err != nil {
-		return fail(err)
+		return runFailed(env, err)
 	}
 	if !o.json {
 		reportRun(env, o, res)
 	}
 	return exitStatus(res)
+}
+
+// runFailed says why airlock run failed; it exits 125.
+func runFailed(env *cliEnv, err error) int {
+	env.errorf("airlock run: %s", errText(err))
+	return sandbox.ExitFailed
 }
 
 // prepareRun reads the command line of airlock run: its flags, its

@@ -69,3 +69,14 @@ func versionLine(bi *debug.BuildInfo, ok bool) string {
 	fmt.Fprintf(&b, ", committed %s, built with %s", when, goVersion)
 	return b.String()
 }
+
+// versionString is the module version alone, for handshakes ("(devel)"
+// from a source tree).
+func versionString(env *cliEnv) string {
+	if env.buildInfo != nil {
+		if bi, ok := env.buildInfo(); ok && bi != nil && bi.Main.Version != "" {
+			return bi.Main.Version
+		}
+	}
+	return "(devel)"
+}

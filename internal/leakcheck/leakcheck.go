@@ -57,3 +57,46 @@ func mounts() []string {
 	}
 	return roots
 }
+
+// Inits lists the sandbox init processes (native's, named
+// airlock-sandbox-init) whose parent is pid, as "process PID: COMMAND".
+func Inits(pid int) []string {
+	var out []string
+	for _, p := range InitPids(pid) {
+		b, _ := os.ReadFile(filepath.Join("/proc", p, "cmdline"))
+		out = append(out, "process "+p+": "+strings.ReplaceAll(string(b), "\x00", " "))
+	}
+	return out
+}
+
+// InitPids lists the pids of the sandbox init processes whose parent is
+// pid.
+func InitPids(pid int) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.HasPrefix(string(b), "airlock-sandbox-init") && parentOf(e.Name()) == pid {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// parentOf reads a process's parent pid; 0 if it is gone.
+func parentOf(pid string) int {
+	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}

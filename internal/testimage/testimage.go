@@ -31,6 +31,18 @@ func Store(t testing.TB) *image.Store {
 
 // Find returns a store that holds the python image, or why there is none.
 func Find() (*image.Store, error) {
+	s, _, err := find()
+	return s, err
+}
+
+// Home returns the airlock home folder (AIRLOCK_HOME) whose store holds
+// the python image, for tests that start airlock as a process.
+func Home() (string, error) {
+	_, home, err := find()
+	return home, err
+}
+
+func find() (*image.Store, string, error) {
 	var dirs []string
 	if h := os.Getenv("AIRLOCK_HOME"); h != "" {
 		dirs = append(dirs, filepath.Join(h, "images"))
@@ -44,13 +56,13 @@ func Find() (*image.Store, error) {
 			continue
 		}
 		if _, err := s.Get(Name); err == nil {
-			return s, nil
+			return s, filepath.Dir(d), nil
 		}
 	}
 	if len(dirs) == 0 {
-		return nil, errors.New("AIRLOCK_HOME is not set and the CI cache has no image store")
+		return nil, "", errors.New("AIRLOCK_HOME is not set and the CI cache has no image store")
 	}
-	return nil, fmt.Errorf("no %s image in %v", Name, dirs)
+	return nil, "", fmt.Errorf("no %s image in %v", Name, dirs)
 }
 
 func modTime(p string) int64 {

@@ -120,7 +120,12 @@ def read_request():
 
 
 def encode(obj):
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    s = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return s.encode("utf-8")
+    except UnicodeEncodeError:
+        # lone surrogates (from a repr, say) are no UTF-8: U+FFFD instead
+        return re.sub("[\ud800-\udfff]", "\ufffd", s).encode("utf-8")
 
 
 def clip(s, n):
@@ -721,6 +726,7 @@ def rich(value):
                 r = r[0]
             if r is not None:
                 data.update(normalize({mime: r}))
+        plain_json(value, data)
         fig = sys.modules.get("matplotlib.figure")
         if fig is not None and isinstance(value, fig.Figure):
             try:
@@ -728,6 +734,19 @@ def rich(value):
             except Exception:
                 pass
     return data
+
+
+def plain_json(value, data):
+    """Adds application/json to a bundle for a dict or list of plain JSON
+    values (as the javascript kernel does for plain objects)."""
+    if "application/json" in data or not isinstance(value, (dict, list)):
+        return
+    try:
+        j = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return
+    if len(j) <= OUTPUT_LIMIT:
+        data["application/json"] = j
 
 
 def safe_repr(v):
@@ -865,6 +884,11 @@ class IPythonKernel:
         class Hook(DisplayHook):
             def write_output_prompt(self):
                 pass
+
+            def compute_format_data(self, result):
+                data, md = super().compute_format_data(result)
+                plain_json(result, data)
+                return data, md
 
             def write_format_data(self, format_dict, md_dict=None):
                 S.drain()

@@ -44,6 +44,10 @@ def os_error(fn):
 # which makes every such check require the kernel's answer instead.
 EXPECT_KERNEL = os.environ.get("AIRLOCK_PROBE_EXPECT") == "kernel"
 
+# FILTER_ENOSYS names the checks whose calls this backend's filter answers
+# with ENOSYS rather than EPERM (Config.FilterENOSYS).
+FILTER_ENOSYS = set(filter(None, os.environ.get("AIRLOCK_PROBE_ENOSYS", "").split(",")))
+
 
 def errno_of(name):
     """The number of an errno name (EOPNOTSUPP and ENOTSUP are one), 0 for
@@ -70,6 +74,8 @@ def judge(name, got, seccomp, kernel, extra=""):
 
 
 def refused(name, nr, *args, seccomp="EPERM", kernel):
+    if name in FILTER_ENOSYS:
+        seccomp = "ENOSYS"
     r, e = sys_call(nr, *args)
     judge(name, answer(r, e), seccomp, kernel)
     return r

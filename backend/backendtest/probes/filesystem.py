@@ -32,7 +32,12 @@ for fd in fds:
         links[fd] = os.readlink(f"/proc/self/fd/{fd}")
     except OSError as ex:
         links[fd] = "?" + str(ex.errno)
-bad = {fd: l for fd, l in links.items() if l.startswith("/") and not (l.startswith("/dev/null") or l.startswith("/proc/"))}
+# a backend that passes stdio through FIFOs names their folder inside;
+# once opened they are unlinked
+stdio_dir = os.environ.get("STDIO_DIR", "")
+def stdio_fifo(fd, l):
+    return stdio_dir != "" and fd <= 2 and l.startswith(stdio_dir + "/") and l.endswith(" (deleted)")
+bad = {fd: l for fd, l in links.items() if l.startswith("/") and not (l.startswith("/dev/null") or l.startswith("/proc/") or stdio_fifo(fd, l))}
 report("fds point at nothing on the host", not bad, f"links={links}")
 report("cwd is /workspace", os.readlink("/proc/self/cwd") == "/workspace", os.readlink("/proc/self/cwd"))
 report("root is /", os.readlink("/proc/self/root") == "/", os.readlink("/proc/self/root"))
@@ -58,6 +63,14 @@ r = libc.mount(b"tmpfs", b"/usr", b"tmpfs", 0, None)
 report("mount tmpfs over /usr", r != 0, f"result={r} errno={ctypes.get_errno()}")
 
 # /proc and /sys
+def is_null_mask(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == 1 and os.minor(st.st_rdev) == 3
+
+
 def write_unbuffered(path, data):
     fd = os.open(path, os.O_WRONLY)
     try:
@@ -70,6 +83,10 @@ for path in ("/proc/sys/kernel/hostname", "/proc/sys/vm/drop_caches", "/proc/sys
              "/proc/sys/kernel/core_pattern", "/sys/kernel/uevent_helper", "/sys/fs/cgroup/cgroup.procs",
              "/proc/1/oom_score_adj"):
     e = os_error(lambda: write_unbuffered(path, b"1"))
+    if e == "" and path.startswith("/proc/") and is_null_mask(path):
+        # the mask (below) took the write: it reached /dev/null
+        report("write " + path, True, "written to the /dev/null bound over it")
+        continue
     report("write " + path, e != "", e or "written")
 # lowering one's own oom score (1000, so that the host kills sandboxed
 # code first under memory pressure) needs CAP_SYS_RESOURCE

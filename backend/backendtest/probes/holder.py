@@ -9,7 +9,13 @@ try:
     rt = ctypes.CDLL("librt.so.1", use_errno=True)
 except OSError:
     rt = libc
-mq = rt.mq_open(("/" + mark).encode(), os.O_CREAT | os.O_RDWR, 0o666, None)
+# a small queue: a sandbox may cap the bytes its user's queues hold
+# (Docker's remapped user namespaces refuse the default 80 KiB one)
+class MqAttr(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_long), ("maxmsg", ctypes.c_long), ("msgsize", ctypes.c_long),
+                ("curmsgs", ctypes.c_long), ("pad", ctypes.c_long * 4)]
+attr = MqAttr(0, 1, 64, 0)
+mq = rt.mq_open(("/" + mark).encode(), os.O_CREAT | os.O_RDWR, 0o666, ctypes.byref(attr))
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.bind("\0" + mark)
 s.listen(1)

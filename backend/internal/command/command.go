@@ -1,11 +1,13 @@
 // Package command holds what the container backends (docker, gvisor)
-// share about one command: checking an ExecRequest and building its
-// environment, keeping capped copies of its output, and reading its exit
+// share about one command: checking a ProcessSpec and building its
+// environment, the shell that wraps it, keeping capped copies of its
+// output, the helper that reaps what it left, and reading its exit
 // status.
 package command
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -149,11 +151,43 @@ func (c *CapBuffer) String() string {
 	return c.buf.String()
 }
 
+// Full tells whether the buffer keeps nothing more: what comes now is
+// only counted.
+func (c *CapBuffer) Full() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(c.buf.Len()) >= c.max
+}
+
+// Discarded counts n bytes that were written past the cap without
+// passing through Write (see Drain).
+func (c *CapBuffer) Discarded(n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total += n
+}
+
 // Truncated reports whether more was written than kept.
 func (c *CapBuffer) Truncated() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.total > int64(c.buf.Len())
+}
+
+// ContextReader returns a reader of r that fails with ctx's error once
+// ctx ends, so that a copy from r stops.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return contextReader{ctx, r} }
+
+type contextReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c contextReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // ExitKilled is the exit status of a command killed with SIGKILL.

@@ -2,59 +2,44 @@ package command
 
 import (
 	"bytes"
-	"context"
+	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 )
 
 // WrapOptions say what the shell of Wrap does before the command.
 type WrapOptions struct {
-	// MarkPID prints the shell's pid on a line of its own (see PIDLine).
-	MarkPID bool
-	// StopFirst stops the shell with SIGSTOP until the host continues it,
-	// so that the host can act on the process (see RaiseOOMScore) before
-	// the command runs.
+	// Stdio, when set, names the files the shell opens as its stdin,
+	// stdout and stderr before anything else (FIFOs the host reads and
+	// writes); they pass to the command as its own. A shell that cannot
+	// open them exits 2 without running anything.
+	Stdio *[3]string
+	// StopFirst stops the shell with SIGSTOP, once its stdio is open,
+	// until the host continues it, so that the host can act on the
+	// process (place it in a cgroup, raise its OOM score) before the
+	// command runs.
 	StopFirst bool
-	// Control makes the shell stay as the command's parent and talk with
-	// the host over descriptors 3 (from the host) and 4 (to the host),
-	// which the command does not get: when the command ends the shell says
-	// "ended", and if the host answers "sweep" (no other command runs) it
-	// kills every process of its user, as SweepScript does, and says
-	// "swept" or "failed"; then it exits with the command's status. This
-	// spares the host a second command for the sweep.
-	Control bool
+	// MarkPID prints the shell's pid, which becomes the command's, on a
+	// line of its own before the command runs (see PIDLine).
+	MarkPID bool
 }
-
-// Lines of the Control protocol.
-const (
-	CtlEnded  = "ended"
-	CtlSweep  = "sweep"
-	CtlSkip   = "skip"
-	CtlSwept  = "swept"
-	CtlFailed = "failed"
-)
-
-// controlTail is what the shell of a Control wrap does once the command
-// has ended.
-const controlTail = `s=$?; echo ` + CtlEnded + ` >&4; read -r v <&3
-if [ "$v" = ` + CtlSweep + ` ]; then
-  n=0; r=` + CtlSwept + `
-  while kill -9 -1 2>/dev/null; do n=$((n+1)); [ $n -lt 10000 ] || { r=` + CtlFailed + `; break; }; done
-  echo $r >&4
-fi
-exit $s`
 
 // Wrap runs a command through the image's /bin/sh, which removes the
 // variables that container runtimes and sh add on their own (HOSTNAME,
 // PWD) unless the command asked for them, and then execs the command,
-// keeping its pid (with Control, runs it as its child). sh reports a missing program (127, "not found") and
+// keeping its pid. sh reports a missing program (127, "not found") and
 // one that cannot run (126) the way a shell user expects.
 func Wrap(spec Spec, opts WrapOptions) []string {
 	script := ""
+	var args []string
+	if opts.Stdio != nil {
+		script += `exec <"$1" >"$2" 2>"$3" || exit 2; shift 3; `
+		args = opts.Stdio[:]
+	}
 	if opts.StopFirst {
 		script += `kill -STOP $$; `
 	}
@@ -66,54 +51,41 @@ func Wrap(spec Spec, opts WrapOptions) []string {
 			script += "unset " + name + "; "
 		}
 	}
-	if opts.Control {
-		script += `"$@" 3<&- 4>&-; ` + controlTail
-	} else {
-		script += `exec "$@"`
-	}
-	return append([]string{"/bin/sh", "-c", script, "sh"}, spec.Argv...)
+	script += `exec "$@"`
+	out := append([]string{"/bin/sh", "-c", script, "sh"}, args...)
+	return append(out, spec.Argv...)
 }
-
-// SweepScript, run by sh as the sandbox user, kills every process that
-// user may signal (all of the sandbox's but the script's own and those
-// of other users, such as the container's pid 1) until kill(-1) finds
-// none left. It exits 1 if processes keep appearing.
-const SweepScript = `n=0; while kill -9 -1 2>/dev/null; do n=$((n+1)); [ $n -lt 10000 ] || exit 1; done`
-
-// KillSessionScript, run by sh with the session id as $1, kills every
-// process of that session (a command started by a runtime leads its own
-// session) until none is left.
-const KillSessionScript = `sid=$1; n=0
-while :; do
-  found=0
-  for f in /proc/[0-9]*/stat; do
-    { read -r line < "$f"; } 2>/dev/null || continue
-    set -- ${line##*) }
-    [ "$4" = "$sid" ] || continue
-    p=${f#/proc/}; p=${p%/stat}
-    [ "$p" = "$$" ] || { kill -9 "$p" 2>/dev/null && found=1; }
-  done
-  [ $found = 1 ] || exit 0
-  n=$((n+1)); [ $n -lt 1000 ] || exit 1
-done`
 
 // pidMarker starts the line on which a wrapped command prints its pid.
 const pidMarker = "airlock-pid "
 
-// PIDLine takes the pid line that Wrap with markPID prints first on
+// maxPIDLine bounds the pid line: the marker and ten digits.
+const maxPIDLine = len(pidMarker) + 10
+
+// ErrPIDLine says that a process's output did not start with the line
+// that Wrap with MarkPID prints: something else wrote to the process's
+// stdout first, or the shell failed before printing it.
+var ErrPIDLine = errors.New("the process's output does not start with its pid line")
+
+// PIDLine takes the pid line that Wrap with MarkPID prints first on
 // stdout, and passes everything after it on. Nothing the command prints
-// can come before that line.
+// can come before that line; anything else in its place (a line too
+// long, not a pid, the output's end) makes PID fail, and nothing is
+// passed on: the error holds what came instead. A second marker line is
+// the command's own output.
 type PIDLine struct {
-	mu   sync.Mutex
-	next io.Writer
-	head []byte
-	done bool
-	pid  int
+	mu    sync.Mutex
+	next  io.Writer
+	head  []byte
+	done  bool
+	pid   int
+	err   error
+	ready chan struct{}
 }
 
 // NewPIDLine returns a PIDLine that passes the command's own output to
 // next.
-func NewPIDLine(next io.Writer) *PIDLine { return &PIDLine{next: next} }
+func NewPIDLine(next io.Writer) *PIDLine { return &PIDLine{next: next, ready: make(chan struct{})} }
 
 // Write holds bytes until the first line is complete.
 func (p *PIDLine) Write(b []byte) (int, error) {
@@ -125,17 +97,21 @@ func (p *PIDLine) Write(b []byte) (int, error) {
 	n := len(b)
 	p.head = append(p.head, b...)
 	nl := bytes.IndexByte(p.head, '\n')
-	if nl < 0 && len(p.head) < 64 {
+	if nl < 0 && len(p.head) <= maxPIDLine {
 		p.mu.Unlock()
 		return n, nil
 	}
-	p.done = true
-	rest := p.head
-	if nl >= 0 && bytes.HasPrefix(p.head, []byte(pidMarker)) {
-		p.pid, _ = strconv.Atoi(string(p.head[len(pidMarker):nl]))
-		rest = p.head[nl+1:]
+	var rest []byte
+	if nl >= 0 {
+		p.pid, p.err = ParsePIDLine(p.head[:nl])
+		if p.err == nil {
+			rest = p.head[nl+1:]
+		}
+	} else {
+		p.err = fmt.Errorf("%w: %q", ErrPIDLine, p.head[:min(len(p.head), 256)])
 	}
 	p.head = nil
+	p.settle()
 	p.mu.Unlock()
 	if len(rest) > 0 {
 		_, _ = p.next.Write(rest)
@@ -143,29 +119,52 @@ func (p *PIDLine) Write(b []byte) (int, error) {
 	return n, nil
 }
 
-// PID is the command's pid inside its sandbox once the line was read,
-// else 0.
-func (p *PIDLine) PID() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.pid
+// settle marks the line read; the caller holds mu.
+func (p *PIDLine) settle() {
+	p.done = true
+	close(p.ready)
 }
 
-// RetryWhileFull runs fn, a command of the backend's own started as the
-// sandbox user, again while it fails because that user's tasks fill the
-// pids cap (the runtime reports EAGAIN, "try again"): the processes of a
-// fork bomb come and go, and one free slot is enough for a sweep to
-// begin. It gives up when ctx ends.
-func RetryWhileFull(ctx context.Context, fn func() error) error {
-	for {
-		err := fn()
-		if err == nil || !strings.Contains(err.Error(), "try again") {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(10 * time.Millisecond):
+// End says the output ended: a line still missing is an error.
+func (p *PIDLine) End() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return
+	}
+	p.err = fmt.Errorf("%w: the output ended after %q", ErrPIDLine, p.head)
+	p.head = nil
+	p.settle()
+}
+
+// Ready is closed once the first line was read, or the output ended.
+func (p *PIDLine) Ready() <-chan struct{} { return p.ready }
+
+// PID is the command's pid inside its sandbox, once Ready is closed.
+func (p *PIDLine) PID() (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.done {
+		return 0, fmt.Errorf("%w: not read yet", ErrPIDLine)
+	}
+	return p.pid, p.err
+}
+
+// ParsePIDLine reads "airlock-pid N" (without its newline): N a decimal
+// pid above 1, nothing else.
+func ParsePIDLine(line []byte) (int, error) {
+	digits, ok := bytes.CutPrefix(line, []byte(pidMarker))
+	if !ok || len(digits) == 0 || len(digits) > 10 {
+		return 0, fmt.Errorf("%w: %q", ErrPIDLine, line[:min(len(line), 256)])
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("%w: %q", ErrPIDLine, line)
 		}
 	}
+	pid, err := strconv.Atoi(string(digits))
+	if err != nil || pid <= 1 || pid > 1<<22 {
+		return 0, fmt.Errorf("%w: %q", ErrPIDLine, line)
+	}
+	return pid, nil
 }

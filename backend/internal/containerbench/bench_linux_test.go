@@ -18,9 +18,9 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/internal/cgstat"
 	"github.com/airlock-sandbox/airlock/backend/internal/containertest"
 	"github.com/airlock-sandbox/airlock/backend/internal/hostdir"
-	"github.com/airlock-sandbox/airlock/backend/internal/testimage"
 	"github.com/airlock-sandbox/airlock/backend/native"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -58,7 +58,7 @@ func median(d []time.Duration) float64 {
 }
 
 // sandboxRun is one whole run: create, run the command, destroy.
-func sandboxRun(b *testing.B, be sandbox.Backend, image string, cmd ...string) func() error {
+func sandboxRun(b *testing.B, be sandbox.Backend, image sandbox.Image, cmd ...string) func() error {
 	p, err := sandbox.Policy{}.Normalize()
 	if err != nil {
 		b.Fatal(err)
@@ -69,7 +69,7 @@ func sandboxRun(b *testing.B, be sandbox.Backend, image string, cmd ...string) f
 		if err != nil {
 			return err
 		}
-		res, err := inst.Exec(ctx, sandbox.ExecRequest{Cmd: cmd})
+		res, err := sandbox.Exec(ctx, inst, sandbox.ProcessSpec{Cmd: cmd})
 		if derr := inst.Destroy(ctx); err == nil {
 			err = derr
 		}
@@ -103,17 +103,20 @@ func dockerCLI(b *testing.B) string {
 
 // dockerBackend returns the docker backend on a runtime, skipping where
 // the daemon cannot run it in full.
-func dockerBackend(b *testing.B, runtimeName string) (*docker.Backend, string) {
-	store := testimage.Store(b)
-	be := docker.New(docker.Options{Runtime: runtimeName, Images: store})
+func dockerBackend(b *testing.B, runtimeName string) (*docker.Backend, sandbox.Image, string) {
+	img := dataImage(b)
+	be := docker.New(docker.Options{Runtime: runtimeName})
 	b.Cleanup(func() { be.Close() })
 	testenv.Require(b, "docker with runtime "+runtimeName+" (bash .ci/lib/docker.sh start)", be.Probe(context.Background()))
-	img, err := store.Get(containertest.Image)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ref := "airlock/rootfs:" + strings.TrimPrefix(img.Manifest.Digest, "sha256:")[:12]
-	return be, ref
+	ref := "airlock/rootfs:" + strings.TrimPrefix(img.Digest, "sha256:")[:12]
+	return be, img, ref
+}
+
+// dataImage is the built python image, or skips b.
+func dataImage(b *testing.B) sandbox.Image {
+	img, err := testimage.Resolve()
+	testenv.Require(b, "the python image (bash .ci/lib/image.sh)", err)
+	return img
 }
 
 // dockerRunArgs are the design's hardened flags, for plain docker run.
@@ -124,8 +127,8 @@ func dockerRunArgs(runtimeName, ref string) []string {
 }
 
 func benchDocker(b *testing.B, runtimeName string) {
-	be, ref := dockerBackend(b, runtimeName)
-	run := sandboxRun(b, be, containertest.Image, "/bin/true")
+	be, img, ref := dockerBackend(b, runtimeName)
+	run := sandboxRun(b, be, img, "/bin/true")
 	if err := run(); err != nil { // imports the image if needed
 		b.Fatal(err)
 	}
@@ -147,7 +150,7 @@ func BenchmarkGVisor(b *testing.B) {
 	testenv.Require(b, "root, for the gvisor backend's full form", testenv.Root())
 	runsc := containertest.Runsc(b)
 	be := gvisor.New(gvisor.Options{Runsc: runsc})
-	pair(b, sandboxRun(b, be, "host", "/bin/true"), hostRun(runsc, "--network=none", "do", "/bin/true"))
+	pair(b, sandboxRun(b, be, sandbox.HostImage(), "/bin/true"), hostRun(runsc, "--network=none", "do", "/bin/true"))
 }
 
 // BenchmarkGVisorBundle: the gvisor backend beside runsc run of an
@@ -172,7 +175,7 @@ func BenchmarkGVisorBundle(b *testing.B) {
 		_ = exec.Command("umount", filepath.Join(state, "null-netns")).Run()
 		cgstat.RemoveEmpty("airlock-bench")
 	})
-	pair(b, sandboxRun(b, be, "host", "/bin/true"), baseline)
+	pair(b, sandboxRun(b, be, sandbox.HostImage(), "/bin/true"), baseline)
 }
 
 // equivalentBundle copies the bundle of a host-image sandbox of be into a
@@ -180,7 +183,7 @@ func BenchmarkGVisorBundle(b *testing.B) {
 // tmpfs where the sandbox's host folders were.
 func equivalentBundle(b *testing.B, be *gvisor.Backend) string {
 	p, _ := sandbox.Policy{}.Normalize()
-	inst, err := be.Create(context.Background(), sandbox.Spec{Image: "host", Policy: p})
+	inst, err := be.Create(context.Background(), sandbox.Spec{Image: sandbox.HostImage(), Policy: p})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -223,7 +226,7 @@ func equivalentBundle(b *testing.B, be *gvisor.Backend) string {
 // (native).
 func BenchmarkIdleMemory(b *testing.B) {
 	p, _ := sandbox.Policy{}.Normalize()
-	measure := func(b *testing.B, be sandbox.Backend, image string, rss func(id string) (int64, error)) {
+	measure := func(b *testing.B, be sandbox.Backend, image sandbox.Image, rss func(id string) (int64, error)) {
 		var total int64
 		for b.Loop() {
 			inst, err := be.Create(context.Background(), sandbox.Spec{Image: image, Policy: p})
@@ -244,16 +247,16 @@ func BenchmarkIdleMemory(b *testing.B) {
 	}
 	for _, rt := range []string{docker.RuntimeRunc, docker.RuntimeRunsc} {
 		b.Run("docker-"+rt, func(b *testing.B) {
-			be, _ := dockerBackend(b, rt)
-			measure(b, be, containertest.Image, dockerRSS)
+			be, img, _ := dockerBackend(b, rt)
+			measure(b, be, img, dockerRSS)
 		})
 	}
 	b.Run("gvisor-host", func(b *testing.B) {
 		be := gvisor.New(gvisor.Options{Runsc: containertest.Runsc(b)})
-		measure(b, be, "host", gvisorRSS)
+		measure(b, be, sandbox.HostImage(), gvisorRSS)
 	})
 	b.Run("native-host", func(b *testing.B) {
-		measure(b, native.New(native.Options{}), "host", nativeRSS)
+		measure(b, native.New(native.Options{}), sandbox.HostImage(), nativeRSS)
 	})
 }
 

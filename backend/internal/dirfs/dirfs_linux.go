@@ -14,9 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// resolveFlags resolve every path beneath a root: no symbolic link, no
-// magic link, no mount crossing, nothing above the root.
-const resolveFlags = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
+// Resolve resolves every path beneath a root: no symbolic link, no magic
+// link, no mount crossing, nothing above the root.
+const Resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV
 
 // Limits bounding what one call may do.
 const (
@@ -83,7 +83,7 @@ func (fs *FS) rootList() string {
 
 // openBeneath opens rel beneath the root's folder without following links.
 func openBeneath(dir int, rel string, flags int, mode uint32) (int, error) {
-	return unix.Openat2(dir, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveFlags})
+	return unix.Openat2(dir, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: Resolve})
 }
 
 // parent opens the folder that holds rel and returns it with rel's last
@@ -435,14 +435,14 @@ func info(p string, st *unix.Stat_t, target string) Info {
 		Path:    p,
 		Name:    path.Base(p),
 		Size:    st.Size,
-		Mode:    uint32(modeOf(st.Mode)),
+		Mode:    uint32(ModeOf(st.Mode)),
 		ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec).UTC(),
 		Target:  target,
 	}
 }
 
-// modeOf turns a stat mode into an fs.FileMode's bits.
-func modeOf(m uint32) os.FileMode {
+// ModeOf turns a stat mode into an fs.FileMode's bits.
+func ModeOf(m uint32) os.FileMode {
 	mode := os.FileMode(m & 0o777)
 	switch m & unix.S_IFMT {
 	case unix.S_IFDIR:

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/artifact"
+	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,7 +82,7 @@ func tarDir(tw *tar.Writer, dir int, prefix string, depth int) error {
 			}
 		case unix.S_IFREG:
 			if st.Nlink != 1 {
-				h.PAXRecords = map[string]string{artifact.PAXLinks: strconv.FormatUint(uint64(st.Nlink), 10)}
+				h.PAXRecords = map[string]string{sandbox.PAXLinks: strconv.FormatUint(uint64(st.Nlink), 10)}
 			}
 			if err := tarFile(tw, dir, n, h); err != nil {
 				return err
@@ -107,7 +107,7 @@ func tarDir(tw *tar.Writer, dir int, prefix string, depth int) error {
 				h.Typeflag = tar.TypeBlock
 			default: // a socket has no tar type: a FIFO's header stands for it
 				h.Typeflag = tar.TypeFifo
-				h.PAXRecords = map[string]string{artifact.PAXType: "socket"}
+				h.PAXRecords = map[string]string{sandbox.PAXType: "socket"}
 			}
 			if err := tw.WriteHeader(h); err != nil {
 				return err

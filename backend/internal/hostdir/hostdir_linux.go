@@ -1,19 +1,18 @@
 package hostdir
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
+	"sync"
 
+	"github.com/airlock-sandbox/airlock/backend/internal/dirfs"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"golang.org/x/sys/unix"
 )
@@ -24,24 +23,37 @@ const (
 	OutputTarget = "/workspace/output"
 	ShmTarget    = "/dev/shm"
 	InputTarget  = "/workspace/input"
+	// IOTarget holds the FIFOs of processes' stdio (Options.IO).
+	IOTarget = "/run/airlock"
 )
 
-// mountFlags are the flags of both tmpfs: nothing on them is a device, is
-// executable, or raises privileges.
+// mountFlags are the flags of every tmpfs: nothing on them is a device,
+// is executable, or raises privileges.
 const mountFlags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+
+// ioInodes bounds the FIFOs of the io tmpfs: three per process.
+const ioInodes = 4096
 
 // Options describe one sandbox's folder.
 type Options struct {
 	// Base is the folder that holds every sandbox folder of one backend.
-	// It is created with mode 0700 if missing.
+	// It is created if missing: mode 0700, or 0710 with group RootGID.
 	Base string
 	// ID is the sandbox id; the folder is named Owner()-ID.
 	ID string
-	// UID and GID own the writable folders (the sandbox user as the host
-	// sees it).
+	// UID and GID own the writable folders and what Files creates (the
+	// sandbox user as the host sees it).
 	UID, GID int
-	// DiskBytes and DiskInodes cap the scratch tmpfs.
-	DiskBytes, DiskInodes int64
+	// RootGID, when not 0, is the host group of a runtime that reaches
+	// the folders from inside a user namespace (Docker's remapped root):
+	// the folders on the way get search permission for that group only.
+	RootGID int
+	// DiskBytes and DiskInodes cap the scratch tmpfs; InputBytes caps the
+	// input tmpfs.
+	DiskBytes, DiskInodes, InputBytes int64
+	// IO adds a small tmpfs for the FIFOs that carry processes' stdio,
+	// bound at IOTarget (see MakeFIFOs).
+	IO bool
 }
 
 // Bind is one host folder bound into the sandbox.
@@ -52,21 +64,25 @@ type Bind struct {
 
 // Dir is one sandbox's folder on the host.
 type Dir struct {
-	path    string
-	removed atomic.Bool
+	path string
+	opts Options
+
+	mu      sync.RWMutex
+	fs      *dirfs.FS // nil once removed
+	removed bool
 }
 
 // errRemoved answers calls on a removed folder: its sandbox is destroyed.
 var errRemoved = fmt.Errorf("sandbox folder removed: %w", sandbox.ErrDestroyed)
 
-// Create makes the folder, mounts both tmpfs and makes the writable
+// Create makes the folder, mounts the tmpfs and makes the writable
 // folders. On error nothing is left behind.
 func Create(o Options) (d *Dir, err error) {
-	if err := os.MkdirAll(o.Base, 0o700); err != nil {
+	if err := makeFolder(o.Base, o.RootGID, true); err != nil {
 		return nil, fmt.Errorf("sandbox folders: %w", err)
 	}
-	d = &Dir{path: filepath.Join(o.Base, Owner()+"-"+o.ID)}
-	if err := os.Mkdir(d.path, 0o700); err != nil {
+	d = &Dir{path: filepath.Join(o.Base, Owner()+"-"+o.ID), opts: o}
+	if err := makeFolder(d.path, o.RootGID, false); err != nil {
 		return nil, fmt.Errorf("sandbox folder: %w", err)
 	}
 	defer func() {
@@ -74,16 +90,14 @@ func Create(o Options) (d *Dir, err error) {
 			_ = d.Remove()
 		}
 	}()
-	scratch := d.scratch()
-	opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", o.DiskBytes, o.DiskInodes)
-	if err := mountTmpfs(scratch, opts); err != nil {
+	if err := mountTmpfs(d.scratch(), fmt.Sprintf("size=%d,nr_inodes=%d,mode=0755", o.DiskBytes, o.DiskInodes)); err != nil {
 		return nil, err
 	}
 	for _, p := range []struct {
 		name string
 		mode uint32
 	}{{"tmp", 0o1777}, {"output", 0o755}, {"shm", 0o1777}} {
-		dir := filepath.Join(scratch, p.name)
+		dir := filepath.Join(d.scratch(), p.name)
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("scratch %s: %w", p.name, err)
 		}
@@ -94,10 +108,42 @@ func Create(o Options) (d *Dir, err error) {
 			return nil, fmt.Errorf("scratch %s: %w", p.name, err)
 		}
 	}
-	if err := mountTmpfs(d.input(), "mode=0755"); err != nil {
+	inputOpts := "mode=0755"
+	if o.InputBytes > 0 {
+		inputOpts += fmt.Sprintf(",size=%d", o.InputBytes)
+	}
+	if err := mountTmpfs(d.input(), inputOpts); err != nil {
 		return nil, err
 	}
-	return d, nil
+	if o.IO {
+		if err := mountTmpfs(d.io(), fmt.Sprintf("size=64k,nr_inodes=%d,mode=0711", ioInodes)); err != nil {
+			return nil, err
+		}
+	}
+	d.fs, err = d.openFS()
+	return d, err
+}
+
+// makeFolder makes dir (a shared base with its parents, if missing)
+// with mode 0700, or 0710 and group gid when gid is not 0.
+func makeFolder(dir string, gid int, shared bool) error {
+	mode := os.FileMode(0o700)
+	if gid != 0 {
+		mode = 0o710
+	}
+	var err error
+	if shared {
+		err = os.MkdirAll(dir, mode)
+	} else {
+		err = os.Mkdir(dir, mode)
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Chown(dir, 0, gid); err != nil {
+		return err
+	}
+	return os.Chmod(dir, mode)
 }
 
 func mountTmpfs(dir, opts string) error {
@@ -110,104 +156,59 @@ func mountTmpfs(dir, opts string) error {
 	return nil
 }
 
+// openFS opens the roots of Files: /tmp and /workspace/output on the
+// scratch tmpfs, /workspace/input on the input one (read-only to the
+// code: its bind is read-only).
+func (d *Dir) openFS() (*dirfs.FS, error) {
+	var roots []dirfs.Root
+	for _, r := range []struct {
+		path, dir string
+		ro        bool
+	}{
+		{TmpTarget, filepath.Join(d.scratch(), "tmp"), false},
+		{OutputTarget, d.output(), false},
+		{InputTarget, d.input(), true},
+	} {
+		f, err := os.OpenFile(r.dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			for _, o := range roots {
+				o.Dir.Close()
+			}
+			return nil, fmt.Errorf("sandbox folder %s: %w", r.path, err)
+		}
+		roots = append(roots, dirfs.Root{Path: r.path, Dir: f, UID: d.opts.UID, GID: d.opts.GID, ReadOnly: r.ro})
+	}
+	return dirfs.New(roots...), nil
+}
+
 // Path is the sandbox's folder.
 func (d *Dir) Path() string { return d.path }
 
 func (d *Dir) scratch() string { return filepath.Join(d.path, "scratch") }
 func (d *Dir) input() string   { return filepath.Join(d.path, "input") }
 func (d *Dir) output() string  { return filepath.Join(d.scratch(), "output") }
+func (d *Dir) io() string      { return filepath.Join(d.path, "io") }
 
 // Binds lists the folders to bind into the sandbox, in mount order.
 func (d *Dir) Binds() []Bind {
-	return []Bind{
+	b := []Bind{
 		{Source: filepath.Join(d.scratch(), "tmp"), Target: TmpTarget},
 		{Source: d.output(), Target: OutputTarget},
 		{Source: filepath.Join(d.scratch(), "shm"), Target: ShmTarget},
 		{Source: d.input(), Target: InputTarget, ReadOnly: true},
 	}
+	if d.opts.IO {
+		b = append(b, Bind{Source: d.io(), Target: IOTarget})
+	}
+	return b
 }
 
-// PutInput stores r as input/NAME, read-only for everyone. The file lives
-// in RAM, charged to the caller, not to the sandbox's memory cap.
-func (d *Dir) PutInput(ctx context.Context, name string, r io.Reader) error {
-	if d.removed.Load() {
-		return errRemoved
-	}
-	dir, err := os.OpenFile(d.input(), os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return fmt.Errorf("input folder: %w", err)
-	}
-	defer dir.Close()
-	return WriteInput(ctx, dir, name, r, CreateInput)
-}
-
-// WriteInput stores r as NAME in the input folder dir: create makes the
-// file (CreateInput, or a wrapper that runs it with other filesystem
-// ids), the copy stops with ctx, and a file whose copy failed is removed.
-func WriteInput(ctx context.Context, dir *os.File, name string, r io.Reader, create func(dir *os.File, name string) (*os.File, error)) error {
-	if err := checkInputName(name); err != nil {
-		return err
-	}
-	f, err := create(dir, name)
-	if err != nil {
-		return fmt.Errorf("input %s: %w", name, err)
-	}
-	_, err = io.Copy(f, contextReader{ctx, r})
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = unix.Unlinkat(int(dir.Fd()), name, 0)
-		return fmt.Errorf("input %s: %w", name, err)
-	}
-	return nil
-}
-
-// CreateInput creates a new read-only file name beneath dir, following
-// no link and never replacing a file.
-func CreateInput(dir *os.File, name string) (*os.File, error) {
-	fd, err := unix.Openat2(int(dir.Fd()), name, &unix.OpenHow{
-		Flags:   unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_CLOEXEC,
-		Mode:    0o444,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), name), nil
-}
-
-// contextReader stops a copy when its context ends.
-type contextReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c contextReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
-
-// checkInputName accepts a plain file name: no folders, no dot names, no
-// control characters. Errors wrap sandbox.ErrInvalid.
-func checkInputName(name string) error {
-	if name == "" || name == "." || name == ".." || len(name) > 255 || strings.ContainsAny(name, "/\\") {
-		return fmt.Errorf("input name %q: must be a plain file name: %w", name, sandbox.ErrInvalid)
-	}
-	for _, r := range name {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("input name %q: contains a control character: %w", name, sandbox.ErrInvalid)
-		}
-	}
-	return nil
-}
-
-// OpenOutput opens the output folder for the artifact filter, without
+// OpenOutputDir opens the output folder for the artifact filter, without
 // following a link in its last component.
-func (d *Dir) OpenOutput() (*os.File, error) {
-	if d.removed.Load() {
+func (d *Dir) OpenOutputDir() (*os.File, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.removed {
 		return nil, errRemoved
 	}
 	f, err := os.OpenFile(d.output(), os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
@@ -217,17 +218,23 @@ func (d *Dir) OpenOutput() (*os.File, error) {
 	return f, nil
 }
 
-// Remove unmounts both tmpfs and deletes the folder; PutInput and
-// OpenOutput fail from then on. It is idempotent.
+// Remove unmounts the tmpfs and deletes the folder; Files and
+// OpenOutputDir fail from then on. It is idempotent.
 func (d *Dir) Remove() error {
-	d.removed.Store(true)
-	return removeDir(d.path)
+	d.mu.Lock()
+	d.removed = true
+	if d.fs != nil {
+		d.fs.Close()
+		d.fs = nil
+	}
+	d.mu.Unlock()
+	return RemovePath(d.path)
 }
 
-// removeDir unmounts whatever is mounted beneath path (the two tmpfs, and
+// RemovePath unmounts whatever is mounted beneath path (the tmpfs, and
 // what a runtime mounted in its state folder), deepest first, then
-// deletes it.
-func removeDir(path string) error {
+// deletes it. A missing path is not an error.
+func RemovePath(path string) error {
 	var errs []error
 	mounts, err := mountsBeneath(path)
 	if err != nil {
@@ -306,7 +313,7 @@ func Stale(base string, before func(dir, id string)) []string {
 		if before != nil {
 			before(p, id)
 		}
-		if removeDir(p) == nil {
+		if RemovePath(p) == nil {
 			removed = append(removed, p)
 		}
 	}
@@ -320,7 +327,6 @@ func NewID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// CheckID accepts ids that are safe in folder and container names: 1 to
 // PickID returns id if it is a valid sandbox id, and a fresh one if id is
 // empty.
 func PickID(id string) (string, error) {
@@ -330,6 +336,7 @@ func PickID(id string) (string, error) {
 	return id, CheckID(id)
 }
 
+// CheckID accepts ids that are safe in folder and container names: 1 to
 // 64 letters, digits, '_' and '.'. Errors wrap sandbox.ErrInvalid.
 func CheckID(id string) error {
 	if len(id) == 0 || len(id) > 64 {
@@ -348,7 +355,10 @@ func CheckID(id string) error {
 func Owner() string { return OwnerOf(os.Getpid()) }
 
 // OwnerOf is Owner for another live process.
-func OwnerOf(pid int) string { return fmt.Sprintf("%d-%d", pid, processStart(pid)) }
+func OwnerOf(pid int) string {
+	start, _ := processStart(pid)
+	return fmt.Sprintf("%d-%d", pid, start)
+}
 
 // SplitName splits a folder name "PID-START-ID" into owner and id.
 func SplitName(name string) (owner, id string, ok bool) {
@@ -360,32 +370,35 @@ func SplitName(name string) (owner, id string, ok bool) {
 }
 
 // OwnerAlive tells whether the process an owner string names still runs.
-// A string it cannot parse counts as alive: it is not ours to judge.
+// A zombie is dead: it runs no code and holds nothing but its entry. A
+// string it cannot parse counts as alive: it is not ours to judge.
 func OwnerAlive(owner string) bool {
 	p, s, ok := strings.Cut(owner, "-")
 	pid, err1 := strconv.Atoi(p)
-	start, err2 := strconv.ParseUint(s, 10, 64)
+	want, err2 := strconv.ParseUint(s, 10, 64)
 	if !ok || err1 != nil || err2 != nil {
 		return true
 	}
-	return processStart(pid) == start
+	start, alive := processStart(pid)
+	return alive && start == want
 }
 
-// processStart reads a process's start time in clock ticks; 0 if gone.
-func processStart(pid int) uint64 {
+// processStart reads a process's start time in clock ticks, and whether
+// it runs (is neither gone nor a zombie).
+func processStart(pid int) (uint64, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return 0, false
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0
+		return 0, false
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 20 {
-		return 0
+		return 0, false
 	}
 	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
+	return v, f[0] != "Z" && f[0] != "X"
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -18,7 +20,7 @@ import (
 func TestDirLifecycle(t *testing.T) {
 	testenv.Require(t, "root, to mount the tmpfs", testenv.Root())
 	base := t.TempDir()
-	d, err := Create(Options{Base: base, ID: "test1", UID: 1000, GID: 1000, DiskBytes: 1 << 20, DiskInodes: 64})
+	d, err := Create(Options{Base: base, ID: "test1", UID: 1000, GID: 1000, DiskBytes: 1 << 20, DiskInodes: 64, InputBytes: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,27 +54,32 @@ func TestDirLifecycle(t *testing.T) {
 		t.Errorf("second 700 KiB under a 1 MiB cap: %v, want ENOSPC", err)
 	}
 	ctx := context.Background()
-	if err := d.PutInput(ctx, "in.csv", strings.NewReader("a,b\n")); err != nil {
+	fs := d.Files()
+	if _, err := fs.Put(ctx, "/workspace/input/in.csv", strings.NewReader("a,b\n"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := os.Stat(filepath.Join(d.Binds()[3].Source, "in.csv")); err != nil || st.Mode().Perm() != 0o444 {
-		t.Errorf("input file: %v %v, want mode 0444", st, err)
+	st, err := os.Stat(filepath.Join(d.Binds()[3].Source, "in.csv"))
+	if err != nil || st.Mode().Perm() != 0o444 || st.Sys().(*syscall.Stat_t).Uid != 1000 {
+		t.Errorf("input file: %v %v, want mode 0444 owned by 1000", st, err)
 	}
-	if err := d.PutInput(ctx, "in.csv", strings.NewReader("again")); err == nil {
-		t.Errorf("PutInput over an existing file succeeded")
+	if _, err := fs.Put(ctx, "/workspace/input/big", strings.NewReader(strings.Repeat("x", 5000)), 0); !errors.Is(err, sandbox.ErrLimit) {
+		t.Errorf("an input over the input cap: %v, want ErrLimit", err)
 	}
-	for _, bad := range []string{"", ".", "..", "a/b", "x\x00", "x\ny"} {
-		if err := d.PutInput(ctx, bad, strings.NewReader("x")); !errors.Is(err, sandbox.ErrInvalid) {
-			t.Errorf("PutInput(%q) = %v, want ErrInvalid", bad, err)
+	for _, bad := range []string{"", "/etc/passwd", "/workspace/input/../x", "/tmp/x\x00"} {
+		if _, err := fs.Put(ctx, bad, strings.NewReader("x"), 0); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("Put(%q) = %v, want ErrInvalid", bad, err)
 		}
 	}
-	f, err := d.OpenOutput()
+	f, err := d.OpenOutputDir()
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
 	if err := d.Remove(); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := fs.Stat(ctx, "/tmp"); !errors.Is(err, sandbox.ErrDestroyed) {
+		t.Errorf("Files after Remove: %v, want ErrDestroyed", err)
 	}
 	if m, _ := mountsBeneath(d.Path()); len(m) != 0 {
 		t.Errorf("mounts left: %v", m)
@@ -105,6 +112,76 @@ func TestStale(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(base, n)); err != nil {
 			t.Errorf("%s was removed: %v", n, err)
 		}
+	}
+}
+
+// TestZombieOwner checks that a zombie owner counts as dead: a killed
+// airlock process whose parent has not reaped it holds nothing.
+func TestZombieOwner(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	owner := OwnerOf(cmd.Process.Pid)
+	if !OwnerAlive(owner) {
+		t.Fatalf("a live process %s counts as dead", owner)
+	}
+	_ = cmd.Process.Kill()
+	for deadline := time.Now().Add(5 * time.Second); OwnerAlive(owner); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a killed, unreaped process %s still counts as alive", owner)
+		}
+	}
+	_ = cmd.Wait()
+	if OwnerAlive(owner) {
+		t.Errorf("a reaped process %s counts as alive", owner)
+	}
+}
+
+// TestFIFOs passes bytes both ways through one process's FIFOs and checks
+// that their names are gone once the process opened them.
+func TestFIFOs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting the tmpfs needs root")
+	}
+	d, err := Create(Options{Base: t.TempDir(), ID: "fifo", UID: 1000, GID: 1000, DiskBytes: 1 << 20, DiskInodes: 64, IO: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Remove()
+	f, err := d.MakeFIFOs(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	defer f.Stdout.Close()
+	defer f.Stderr.Close()
+	host := func(p string) string { return filepath.Join(d.io(), filepath.Base(p)) }
+	cmd := exec.Command("sh", "-c", `exec <"$1" >"$2" 2>"$3"; kill -STOP $$; tr a-z A-Z; echo done >&2`, "sh", host(f.Paths[0]), host(f.Paths[1]), host(f.Paths[2]))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+		if strings.Contains(string(b), ") T ") {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := f.Opened(); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(d.io()); len(ents) != 0 {
+		t.Errorf("fifo names left after Opened: %v", ents)
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_, _ = f.Stdin.Write([]byte("hello"))
+	f.Stdin.Close()
+	out, _ := io.ReadAll(f.Stdout)
+	errb, _ := io.ReadAll(f.Stderr)
+	_ = cmd.Wait()
+	if string(out) != "HELLO" || string(errb) != "done\n" {
+		t.Errorf("through the fifos: stdout %q stderr %q", out, errb)
 	}
 }
 

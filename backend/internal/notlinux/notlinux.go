@@ -26,6 +26,9 @@ func New(name string) Backend {
 // Name is the backend's name.
 func (b Backend) Name() string { return b.name }
 
+// Features says the backend can do nothing here.
+func (b Backend) Features() sandbox.Features { return sandbox.Features{} }
+
 // Capabilities lists no mechanism: none is available here.
 func (b Backend) Capabilities(ctx context.Context) sandbox.Capabilities {
 	return sandbox.Capabilities{Backend: b.name}

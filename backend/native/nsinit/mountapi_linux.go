@@ -1,6 +1,7 @@
 package nsinit
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -26,6 +27,51 @@ func cloneMount(dirfd int, path string, recursive bool) (int, error) {
 		return -1, fmt.Errorf("clone mount %s: %w", path, err)
 	}
 	return fd, nil
+}
+
+// detachedTree clones paths beneath a detached mount. Kernels before
+// 6.15 refuse to clone from a mount that is not attached (EINVAL): there
+// the mount is attached, at the first clone, at the empty folder stage,
+// and detached again by done; its descriptor still reaches it after.
+type detachedTree struct {
+	fd     int
+	stage  string
+	staged bool
+}
+
+// clone makes a detached copy of path beneath the tree ("" for its top).
+func (d *detachedTree) clone(path string) (int, error) {
+	if !d.staged {
+		nfd, err := cloneMount(d.fd, path, false)
+		if err == nil || !errors.Is(err, unix.EINVAL) {
+			return nfd, err
+		}
+		if err := os.Mkdir(d.stage, 0o700); err != nil {
+			return -1, err
+		}
+		if err := unix.MoveMount(d.fd, "", unix.AT_FDCWD, d.stage, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			os.Remove(d.stage)
+			return -1, fmt.Errorf("stage mount at %s: %w", d.stage, err)
+		}
+		d.staged = true
+	}
+	at := d.stage
+	if path != "" {
+		at = join(d.stage, path)
+	}
+	return cloneMount(unix.AT_FDCWD, at, false)
+}
+
+// done detaches the tree from its stage, if it was staged.
+func (d *detachedTree) done() error {
+	if !d.staged {
+		return nil
+	}
+	d.staged = false
+	if err := unix.Unmount(d.stage, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("unstage %s: %w", d.stage, err)
+	}
+	return os.Remove(d.stage)
 }
 
 // setMountAttr sets flags (MOUNT_ATTR_*) on a detached or attached mount

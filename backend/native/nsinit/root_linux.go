@@ -27,6 +27,11 @@ var (
 // the host.
 const newRootBase = "/tmp"
 
+// stageDir, in the new root while it is built, is where a detached mount
+// is attached for a moment on kernels that clone only attached mounts
+// (see detachedTree); it is gone before the pivot.
+const stageDir = ".airlock-stage"
+
 // builtRoot is what buildRoot hands back to init.
 type builtRoot struct {
 	output   *os.File // /workspace/output as mounted, for the supervisor's artifact filter
@@ -79,7 +84,7 @@ func buildRoot(cfg *Config, binds []*os.File) (builtRoot, error) {
 	if br.tmp, br.outputRW, err = buildScratch(cfg, r); err != nil {
 		return br, err
 	}
-	in, err := buildInput(r(strings.TrimPrefix(InputDir, "/")), cfg.InputBytes)
+	in, err := buildInput(r(strings.TrimPrefix(InputDir, "/")), r(stageDir), cfg.InputBytes)
 	if err != nil {
 		return br, err
 	}
@@ -222,6 +227,8 @@ func buildScratch(cfg *Config, r func(string) string) (tmp, output *os.File, err
 	if err := os.MkdirAll(r(strings.TrimPrefix(OutputDir, "/")), 0o755); err != nil {
 		return nil, nil, err
 	}
+	tree := &detachedTree{fd: fd, stage: r(stageDir)}
+	defer tree.done()
 	parts := []struct {
 		name, at string
 		mode     uint32
@@ -243,7 +250,7 @@ func buildScratch(cfg *Config, r func(string) string) (tmp, output *os.File, err
 		if err := os.MkdirAll(r(p.at), 0o755); err != nil {
 			return nil, nil, err
 		}
-		part, err := cloneMount(fd, p.name, false)
+		part, err := tree.clone(p.name)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -270,14 +277,18 @@ func buildScratch(cfg *Config, r func(string) string) (tmp, output *os.File, err
 
 // buildInput mounts the input tmpfs, capped at size bytes, read-only at
 // dst and returns a second, writable, detached mount of it through which
-// init stores input files.
-func buildInput(dst string, size int64) (int, error) {
+// init stores input files. stage is as for detachedTree.
+func buildInput(dst, stage string, size int64) (int, error) {
 	rw, err := newFS("tmpfs", [][2]string{{"size", strconv.FormatInt(max(size, 4096), 10)}, {"mode", "0755"}},
 		unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
 	if err != nil {
 		return -1, err
 	}
-	ro, err := cloneMount(rw, "", false)
+	tree := &detachedTree{fd: rw, stage: stage}
+	ro, err := tree.clone("")
+	if derr := tree.done(); err == nil {
+		err = derr
+	}
 	if err == nil {
 		err = setMountAttr(ro, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, false)
 		if err != nil {
