@@ -87,19 +87,34 @@ func (i *instance) Start(ctx context.Context, ps sandbox.ProcessSpec) (sandbox.P
 	}
 	select {
 	case st := <-p.started:
-		if st.Error != "" {
-			p.abort()
-			<-p.done
-			return nil, fmt.Errorf("start %q: %s", spec.Argv, st.Error)
-		}
-		return p, nil
+		return p.begun(st)
 	case <-p.done:
+		// a quick process's exit may be read as soon as its start
+		select {
+		case st := <-p.started:
+			return p.begun(st)
+		default:
+		}
+		if p.err == nil {
+			return nil, fmt.Errorf("process %s: its shepherd ended before the process started: %w", p.id, sandbox.ErrDied)
+		}
 		return nil, p.err
 	case <-ctx.Done():
 		p.abort()
 		<-p.done
 		return nil, ctx.Err()
 	}
+}
+
+// begun is Start's answer once the shepherd said whether the process
+// started.
+func (p *process) begun(st agent.Started) (sandbox.Process, error) {
+	if st.Error != "" {
+		p.abort()
+		<-p.done
+		return nil, fmt.Errorf("start %q: %s", p.spec.Argv, st.Error)
+	}
+	return p, nil
 }
 
 func mustJSON(v any) []byte {
@@ -118,7 +133,7 @@ func (p *process) stream(ctx context.Context, stdin *io.PipeReader, stdout *io.P
 	stderr = limitedWriter{w: &stderrBuf, n: 4096}
 	execDone := make(chan error, 1)
 	go func() {
-		err := p.i.b.execStream(ctx, p.i.pod, sandboxContainer, []string{agentPathShared, agent.CmdRun}, stdin, stdout, &stderr)
+		err := p.i.b.execStream(ctx, p.i.pod, sandboxContainer, []string{AgentPath, agent.CmdRun}, stdin, stdout, &stderr)
 		stdout.CloseWithError(io.EOF)
 		// client-go may still copy stdin: it gets the end of it
 		p.toAgent.Close()
