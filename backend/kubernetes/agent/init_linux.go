@@ -97,8 +97,8 @@ func killOrphans(self string) {
 
 // proc is one line of the process table.
 type proc struct {
-	pid, ppid int
-	zombie    bool
+	pid, ppid, sid int
+	zombie         bool
 }
 
 // processes reads the process table from /proc.
@@ -124,19 +124,20 @@ func processes() []proc {
 			continue
 		}
 		f := strings.Fields(s[k+1:])
-		if len(f) < 2 {
+		if len(f) < 4 {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
-		out = append(out, proc{pid: pid, ppid: ppid, zombie: f[0] == "Z" || f[0] == "X"})
+		sid, _ := strconv.Atoi(f[3])
+		out = append(out, proc{pid: pid, ppid: ppid, sid: sid, zombie: f[0] == "Z" || f[0] == "X"})
 	}
 	return out
 }
 
-// descendants lists the live processes below pid.
-func descendants(pid int) []int {
+// descendants lists the live processes below pid in table.
+func descendants(table []proc, pid int) []int {
 	kids := map[int][]proc{}
-	for _, p := range processes() {
+	for _, p := range table {
 		kids[p.ppid] = append(kids[p.ppid], p)
 	}
 	var out []int

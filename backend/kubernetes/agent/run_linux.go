@@ -108,7 +108,7 @@ func runShepherd([]string) int {
 		_ = unix.Kill(s.pid, unix.SIGKILL)
 		<-s.exited
 	}
-	swept := sweep()
+	swept := sweep(s.pid) // the process leads a session of its own (Setsid)
 	drained := make(chan struct{})
 	go func() {
 		copies.Wait()
@@ -251,19 +251,37 @@ func (s *shepherd) reap() {
 	}
 }
 
-// sweep kills everything below the shepherd until nothing is left, and
-// says how many kills it took. Nothing is left once the table has shown
-// none a few times over: the children of a process being killed come
-// back below the shepherd (its subreaper) only once their parent is gone,
-// and a table read in between misses them (a fork bomb's did, under
-// gVisor).
-func sweep() int {
+// sweep kills everything below the shepherd and everything in the
+// process's session sid until nothing is left, and says how many kills it
+// took. Under gVisor an orphan goes to init, not to the shepherd (its
+// subreaper), so the session finds what the tree walk cannot; a process
+// that left the session as well is init's to kill (killOrphans). Nothing
+// is left once the table has shown none of them, not even a zombie init
+// has yet to reap, a few times over: the children of a process being
+// killed appear only once it is gone, and a table read in between misses
+// them.
+func sweep(sid int) int {
 	const quiet = 3 // empty reads in a row
 	me := os.Getpid()
 	n, empty := 0, 0
 	for round := 0; round < sweepRounds; round++ {
-		left := descendants(me)
-		if len(left) == 0 {
+		table := processes()
+		left := descendants(table, me)
+		present := len(left) > 0
+		below := map[int]bool{}
+		for _, pid := range left {
+			below[pid] = true
+		}
+		for _, p := range table {
+			if p.sid != sid || p.pid == me {
+				continue
+			}
+			present = true
+			if !p.zombie && !below[p.pid] {
+				left = append(left, p.pid)
+			}
+		}
+		if !present {
 			if empty++; empty >= quiet {
 				return n
 			}
