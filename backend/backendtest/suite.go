@@ -40,6 +40,11 @@ type Config struct {
 	// PidsReserve is how many tasks the backend adds to the pids cap for
 	// its own processes inside the sandbox, as it documents.
 	PidsReserve int
+	// AgentExe is the program of the backend's own processes where they
+	// run as the sandbox user (the kubernetes backend's agent: the Pod's
+	// runAsUser is the sandbox's); the checks that count the sandbox
+	// user's processes leave out those whose argv[0] it is.
+	AgentExe string
 	// StdioDir is the folder inside where the backend keeps the FIFOs
 	// that carry processes' stdio, if it does: descriptors 0-2 may point
 	// there, at FIFOs already unlinked.

@@ -339,16 +339,19 @@ w2, e2 = fill("/dev/shm/fill")
 report("/dev/shm shares the cap", e2 in ("ENOSPC", "EFBIG") and w + w2 <= limit + (1 << 20), f"shm wrote {w2}: {e2}")
 os.unlink("/tmp/fill")
 os.unlink("/dev/shm/fill")
-n, e = 0, ""
-try:
-    os.mkdir("/tmp/inodes")
-    while n < 10_000_000:
-        open(f"/tmp/inodes/{n}", "w").close()
-        n += 1
-except OSError as ex:
-    e = errno.errorcode.get(ex.errno)
 inodes = int(os.environ.get("DISK_INODES", "0"))
-report("inodes stop at the cap", e == "ENOSPC" and n <= inodes, f"created {n} of cap {inodes}: {e}")
-for k in range(n):
-    os.unlink(f"/tmp/inodes/{k}")
-os.rmdir("/tmp/inodes")
+if os.environ.get("INODE_FILL") == "no":
+    report("inodes stop at the cap", False, "not tried: the backend has no inode cap")
+else:
+    n, e = 0, ""
+    try:
+        os.mkdir("/tmp/inodes")
+        while n < 10_000_000:
+            open(f"/tmp/inodes/{n}", "w").close()
+            n += 1
+    except OSError as ex:
+        e = errno.errorcode.get(ex.errno)
+    report("inodes stop at the cap", e == "ENOSPC" and n <= inodes, f"created {n} of cap {inodes}: {e}")
+    for k in range(n):
+        os.unlink(f"/tmp/inodes/{k}")
+    os.rmdir("/tmp/inodes")
