@@ -32,7 +32,7 @@ func (i *instance) ListenEgress(ctx context.Context) (net.Listener, error) {
 	l.hold = inW
 	ready := make(chan error, 1)
 	go func() {
-		err := i.b.execStream(lctx, i.pod, sandboxContainer, []string{agentPathShared, agent.CmdEgress}, inR, pw, io.Discard)
+		err := i.b.execStream(lctx, i.pod, sandboxContainer, []string{AgentPath, agent.CmdEgress}, inR, pw, io.Discard)
 		pw.CloseWithError(streamEnd(err))
 		select {
 		case ready <- fmt.Errorf("the egress listener ended: %v", err):
@@ -98,7 +98,7 @@ type egressListener struct {
 func (l *egressListener) take(ctx context.Context, id string) {
 	host, inside := net.Pipe()
 	go func() {
-		_ = l.i.b.execStream(ctx, l.i.pod, sandboxContainer, []string{agentPathShared, agent.CmdEgressConn, id},
+		_ = l.i.b.execStream(ctx, l.i.pod, sandboxContainer, []string{AgentPath, agent.CmdEgressConn, id},
 			inside, inside, io.Discard)
 		inside.Close()
 	}()

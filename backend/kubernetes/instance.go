@@ -228,7 +228,7 @@ func (i *instance) waitRunning(ctx context.Context, timeout time.Duration) error
 	// the agent answers once it is.
 	for {
 		var out bytes.Buffer
-		err := i.b.execStream(ctx, i.pod, sandboxContainer, []string{agentPathShared, agent.CmdVersion}, nil, &out, nil)
+		err := i.b.execStream(ctx, i.pod, sandboxContainer, []string{AgentPath, agent.CmdVersion}, nil, &out, nil)
 		if err == nil {
 			if v := strings.TrimSpace(out.String()); v != agent.Version {
 				return fmt.Errorf("sandbox %s: its agent speaks protocol %q, this airlock %q: %w", i.id, v, agent.Version, sandbox.ErrUnsupported)

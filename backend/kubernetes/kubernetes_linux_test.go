@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
+	"github.com/airlock-sandbox/airlock/backend/internal/containertest"
 	"github.com/airlock-sandbox/airlock/backend/kubernetes"
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
@@ -145,79 +146,55 @@ func TestSuite(t *testing.T) {
 	be := newBackend(t, options())
 	img := pythonImage(t)
 	backendtest.Run(t, backendtest.Config{Backend: be, Image: img, DataImage: img, Skip: skips,
-		Leftovers: leftovers, PidsReserve: kubernetes.AgentTasks})
+		Leftovers: leftovers, PidsReserve: kubernetes.AgentTasks, AgentExe: kubernetes.AgentPath})
 }
 
-// skips are the suite's checks that a gVisor Pod answers otherwise, and
-// why.
-var skips = map[string]string{
-	"memory cap": "gVisor does not enforce the memory cap itself: the Pod's cgroup does, and the host's OOM killer ends the sentry, " +
-		"which is the whole sandbox; the command's Result says oom_killed with exit 137 and the sandbox has ended, so the " +
-		"test's second command cannot run (TestMemoryEndsSandbox checks this)",
-	"survives memory bomb at twice the cap": "reaching the memory cap ends the whole sandbox, as the skip of \"memory cap\" " +
-		"says (TestMemoryEndsSandbox checks it): there is no next command to run",
-	"artifact fifo": "a FIFO made inside gVisor lives in the sentry's mount of the sandbox container only: the files " +
-		"container, whose tar stream the filter reads, sees nothing of it on the shared emptyDir",
-	"artifact socket": "a unix socket bound inside gVisor lives in the sentry only: the files container sees nothing of it",
-	"pids_limit_hit reported": "the sandbox's tasks are capped by RLIMIT_NPROC, which gVisor's sentry enforces (forks beyond it " +
-		"fail with EAGAIN), but nothing outside sees a refusal to report",
-	"inodes stop at the cap": "a memory-backed emptyDir is sized in bytes by Kubernetes (sizeLimit), which cannot cap its inodes; " +
-		"the disk cap in bytes holds (fill /tmp stops at the disk cap)",
-	"lower /proc/self/oom_score_adj": "oom_score_adj inside is a number of gVisor's kernel with no effect on the host",
-	"open /dev/tty":                  "gVisor's own /dev has a tty device of the sentry; without a controlling terminal open() fails with ENXIO",
-	"/dev is minimal":                "gVisor's /dev also holds tty, fuse and net/tun, all implemented inside the sentry: no host device is reachable",
-	"every mount is nosuid": "gVisor's root and /dev/pts show no nosuid; no_new_privs (allowPrivilegeEscalation: false) makes " +
-		"setuid bits inert, and setuid would only change ids inside the sentry",
-	"uid 0 is not host root": "the uid_map inside is gVisor's own user namespace: no sandbox uid is a host uid, the sentry serves " +
-		"every system call",
-	"landlock": "the kubernetes backend applies no Landlock ruleset (a Pod's runtime offers none): the checks that only " +
-		"Landlock stops (writes to a process's own /proc files, signals and abstract sockets between commands of one " +
-		"sandbox) cannot apply; sandboxes stay apart from each other and from the node",
-	"i386 system call kills the process":                       "gVisor has no i386 ABI: int 0x80 is answered by the sentry, never passed to the host kernel",
-	"/proc/sysrq-trigger masked":                               "gVisor's /proc is the sentry's own: its sysrq-trigger reaches no host kernel",
-	"memfd_create MFD_NOEXEC_SEAL works":                       "gVisor's memfd_create knows no MFD_NOEXEC_SEAL and answers EINVAL",
-	"exec of a memfd (flags 0) via execveat":                   memfdExec,
-	"exec of a memfd (flags 0) via execve /proc/self/fd/N":     memfdExec,
-	"exec of a memfd (MFD_CLOEXEC) via execveat":               memfdExec,
-	"exec of a memfd (MFD_CLOEXEC) via execve /proc/self/fd/N": memfdExec,
-	"/proc/sys read-only":                                      procRW,
-	"/proc/irq read-only":                                      procRW,
-	"/proc/bus read-only":                                      procRW,
-	"/proc/fs read-only":                                       procRW,
-	"ioctl TIOCSTI": "the runtime's default seccomp profile allows every ioctl request; no terminal reaches a Pod's " +
-		"process (stdin, stdout and stderr are pipes), so the kernel answers ENOTTY",
-	"ioctl TIOCLINUX": "the runtime's default seccomp profile allows every ioctl request; no console reaches a Pod",
-	"read /home":      "the image has its own /home (empty, from Debian's base-files); no host folder is mounted",
-	"list /home":      "the image has its own empty /home; no host folder is mounted",
+// skips are the suite's checks that a Pod under gVisor answers
+// otherwise, and why: gVisor's own, and those of a Pod's volumes.
+var skips = containertest.Merge(containertest.GVisorSkips, containertest.ProfileSkips, containertest.ImageSkips, podSkips())
+
+func podSkips() map[string]string {
+	m := map[string]string{
+		"artifact fifo": "a FIFO made inside gVisor lives in the sentry's mount of the sandbox container only: the files " +
+			"container, whose tar stream the filter reads, sees nothing of it on the shared emptyDir",
+		"artifact socket": "a unix socket bound inside gVisor lives in the sentry only: the files container sees nothing of it",
+		"landlock": "the kubernetes backend applies no Landlock ruleset (gVisor implements none): the checks that only " +
+			"Landlock stops (writes to a process's own /proc files, signals and abstract sockets between commands of one " +
+			"sandbox) cannot apply; sandboxes stay apart from each other and from the node",
+		"inodes stop at the cap": "a memory-backed emptyDir is sized in bytes by Kubernetes (sizeLimit), which cannot cap its " +
+			"inodes, and gVisor's tmpfs takes no nr_inodes; each inode is memory of the sentry, charged to the Pod's memory limit",
+		"/dev/shm shares the cap": "gVisor's shim makes /dev/shm a tmpfs of the sentry shared by the Pod's containers, with no " +
+			"size of its own: one file stops at the disk cap (RLIMIT_FSIZE) and all of it at the Pod's memory limit, " +
+			"since its pages are the sentry's memory",
+	}
+	for _, d := range []string{"/tmp", "/workspace/output", "/dev/shm", "/workspace/input"} {
+		for _, f := range []string{"noexec", "nosuid", "nodev"} {
+			m[d+" is "+f] = volumeFlags
+		}
+		m["ld.so of a binary in "+d] = volumeExec
+		if d != "/workspace/input" {
+			m["exec of a binary in "+d] = volumeExec
+			m["exec of a binary written to "+d] = volumeExec
+			m["the loader runs a binary written to "+d] = volumeExec
+		}
+	}
+	return m
 }
 
-const memfdExec = "gVisor has neither vm.memfd_noexec nor Landlock: a binary written into a memfd made without MFD_EXEC " +
-	"runs, inside the sentry, which serves its every system call (README, The limits of isolation)"
+const volumeFlags = "Kubernetes mounts a volume without noexec, nosuid or nodev and has no field to ask for them (nor does " +
+	"gVisor's pod-shared tmpfs take noexec unless every container's mount has it): setuid bits are inert " +
+	"(allowPrivilegeEscalation: false sets no_new_privs, the image has no setuid binary) and no device node can be made " +
+	"(no capability; mknod char device checks it)"
 
-const procRW = "gVisor's /proc is the sentry's own emulation, not the host kernel's: a write changes at most the sentry's " +
-	"state (write /proc/sys/* checks what it refuses)"
+const volumeExec = "Kubernetes cannot mount a volume noexec: a binary written there runs, inside gVisor's sentry, as " +
+	"uid 1000 with no capabilities and under the same seccomp profile as the code that wrote it, which could already " +
+	"make any system call a binary can (README, The limits of isolation)"
 
 // TestMemoryEndsSandbox checks what the skip of "memory cap" says: twice
 // the memory cap ends the command with oom_killed and exit 137, and the
 // sandbox with it.
 func TestMemoryEndsSandbox(t *testing.T) {
-	be := newBackend(t, options())
-	p, err := sandbox.Policy{Limits: sandbox.Limits{MemoryBytes: 64 << 20}}.Normalize()
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst := backendtest.Create(t, be, pythonImage(t), p)
-	res, err := sandbox.Exec(context.Background(), inst, sandbox.ProcessSpec{Cmd: []string{"python3", "-c",
-		"x = bytearray(128 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\nprint('survived')"}})
-	if !res.OOMKilled || res.ExitCode != sandbox.ExitOOM {
-		t.Fatalf("twice the memory cap: %+v %v", res, err)
-	}
-	select {
-	case <-inst.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the sandbox did not end")
-	}
-	t.Logf("oom_killed, exit %d; the sandbox ended: %v", res.ExitCode, inst.Err())
+	containertest.MemoryEndsSandbox(t, newBackend(t, options()), pythonImage(t))
 }
 
 func ExampleNew() {

@@ -120,7 +120,7 @@ func (b *Backend) podFor(id, image string, spec sandbox.Spec) (*corev1.Pod, erro
 					Name:            filesContainer,
 					Image:           b.opts.AgentImage,
 					ImagePullPolicy: corev1.PullPolicy(b.opts.PullPolicy),
-					Command:         []string{agentInFiles, "init", "--install", agentPathShared},
+					Command:         []string{agentInFiles, "init", "--install", AgentPath},
 					SecurityContext: secure(true),
 					Env:             []corev1.EnvVar{{Name: "GOMAXPROCS", Value: "1"}},
 					Resources: corev1.ResourceRequirements{
@@ -140,7 +140,7 @@ func (b *Backend) podFor(id, image string, spec sandbox.Spec) (*corev1.Pod, erro
 					ImagePullPolicy: corev1.PullPolicy(b.opts.PullPolicy),
 					// The agent is there once the files container copied
 					// it; the image needs a /bin/sh to wait for it.
-					Command:         []string{"/bin/sh", "-c", "until [ -x " + agentPathShared + " ]; do sleep 0.02; done; exec " + agentPathShared + " init"},
+					Command:         []string{"/bin/sh", "-c", "until [ -x " + AgentPath + " ]; do sleep 0.02; done; exec " + AgentPath + " init"},
 					Env:             []corev1.EnvVar{{Name: "GOMAXPROCS", Value: "1"}},
 					WorkingDir:      "/workspace",
 					SecurityContext: secure(true),
@@ -178,11 +178,12 @@ func (b *Backend) podFor(id, image string, spec sandbox.Spec) (*corev1.Pod, erro
 	return pod, nil
 }
 
-// Where the agent lies in the sandbox container: agent.Path, in the
-// volume the files container copies it into.
+// Where the agent lies in the sandbox container: AgentPath, in the
+// volume the files container copies it into. The agent's processes there
+// (init, pid 1, and a shepherd per process) run as the sandbox user.
 const (
-	agentDirShared  = "/airlock"
-	agentPathShared = agentDirShared + "/agent"
+	agentDirShared = "/airlock"
+	AgentPath      = agentDirShared + "/agent"
 )
 
 // networkPolicyFor is the NetworkPolicy of a sandbox: no traffic in or
