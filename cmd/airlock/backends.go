@@ -15,6 +15,8 @@ import (
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/session"
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 )
 
 // backendNames lists the backends this binary can run, in doctor's order.
@@ -92,6 +94,10 @@ func imageStore(env *cliEnv) *image.Store {
 // environment: the cluster from KUBECONFIG (else the Pod's in-cluster
 // configuration), the rest from AIRLOCK_K8S_* (see docs/KUBERNETES.md).
 func kubernetesOptions(env *cliEnv) kubernetes.Options {
+	// client-go reports a closed stream's reader and the like through
+	// klog, on stderr: noise beside airlock's own errors, which say what
+	// failed
+	klog.SetLogger(logr.Discard())
 	o := kubernetes.Options{
 		Namespace:    env.getenv("AIRLOCK_K8S_NAMESPACE"),
 		RuntimeClass: env.getenv("AIRLOCK_K8S_RUNTIME_CLASS"),
@@ -99,6 +105,8 @@ func kubernetesOptions(env *cliEnv) kubernetes.Options {
 		AgentImage:   env.getenv("AIRLOCK_K8S_AGENT_IMAGE"),
 		PullPolicy:   env.getenv("AIRLOCK_K8S_PULL_POLICY"),
 		Replica:      env.getenv("AIRLOCK_REPLICA"),
+
+		SeccompProfile: env.getenv("AIRLOCK_K8S_SECCOMP_PROFILE"),
 	}
 	if share, err := strconv.ParseFloat(env.getenv("AIRLOCK_K8S_CPU_REQUEST"), 64); err == nil {
 		o.CPURequest = share
