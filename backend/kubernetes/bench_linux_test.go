@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-sandbox/airlock/backend/docker"
 	"github.com/airlock-sandbox/airlock/backend/native"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
 	"github.com/airlock-sandbox/airlock/internal/testimage"
@@ -13,8 +14,8 @@ import (
 	"github.com/airlock-sandbox/airlock/session"
 )
 
-// The benchmarks time, on the test cluster and beside the native backend
-// in the same run, with the python image on both:
+// The benchmarks time, on the test cluster and beside the native and
+// docker (runc) backends in the same run, with the python image on each:
 //
 //   - create: a session created on demand (a new Pod, cold), and one
 //     taken from a warm pool of one (the pool refills between runs,
@@ -25,6 +26,9 @@ import (
 // Each reports the median in ms next to Go's mean.
 //
 //	go test -run '^$' -bench . -benchtime 20x ./backend/kubernetes
+
+// benchBackends are the backends timed side by side.
+var benchBackends = []string{"kubernetes", "native", "docker"}
 
 // benchManager is a Manager over backend name alone
 // (with a warm pool of one when pooled), closed when b ends.
@@ -39,6 +43,15 @@ func benchManager(b *testing.B, name string, pooled bool) *session.Manager {
 		nb := native.New(native.Options{})
 		b.Cleanup(func() { nb.Close() })
 		be = nb
+	case "docker":
+		// runc: the daemon's default may be runsc, the other row of the
+		// README's table
+		db := docker.New(docker.Options{Runtime: "runc"})
+		b.Cleanup(func() { db.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		testenv.Require(b, "a Docker daemon (bash .ci/lib/docker.sh start)", db.Probe(ctx))
+		be = db
 	}
 	opts := session.Options{Backends: map[string]sandbox.Backend{name: be}, Images: testimage.Store(b)}
 	if pooled {
@@ -92,7 +105,7 @@ func poolFilled(b *testing.B, m *session.Manager) func() {
 }
 
 func BenchmarkCreate(b *testing.B) {
-	for _, name := range []string{"kubernetes", "native"} {
+	for _, name := range benchBackends {
 		for _, pooled := range []bool{false, true} {
 			label := name + "/cold"
 			if pooled {
@@ -135,7 +148,7 @@ func BenchmarkCreate(b *testing.B) {
 }
 
 func BenchmarkExec(b *testing.B) {
-	for _, name := range []string{"kubernetes", "native"} {
+	for _, name := range benchBackends {
 		b.Run(name, func(b *testing.B) {
 			m := benchManager(b, name, false)
 			ctx := context.Background()
