@@ -4,9 +4,9 @@
 // ran, how it ended, the limits it hit and the bytes it moved.
 //
 // A Store holds the records. SQLite, the default, is an embedded database
-// file (the pure-Go modernc.org/sqlite driver); the interface speaks only of
-// records, tenants, cursors and times, so that a store shared by several
-// servers (PostgreSQL, say) can stand beside it, and package audittest is
+// file (the pure-Go modernc.org/sqlite driver); PostgreSQL (OpenPostgres,
+// with pgx) is a database that several servers share. The interface speaks
+// only of records, tenants, cursors and times, and package audittest is
 // the suite every Store passes. A Recorder turns the events of a session
 // Manager into records, and Retain prunes what is older than the retention.
 package audit

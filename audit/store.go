@@ -151,23 +151,35 @@ type Options struct {
 	// or upgraded, and Append and Prune fail.
 	ReadOnly bool
 	// Fsync makes every commit wait for the disk, so that records also
-	// survive the machine losing power; without it they survive the
+	// survive the machine losing power; without it SQLite's survive the
 	// server being killed (they are written to the operating system
-	// before Append returns) but not a crash of the machine.
+	// before Append returns) but not a crash of the machine. PostgreSQL's
+	// commits wait for its disk unless its synchronous_commit is off;
+	// Fsync turns it on for the Store's connections.
 	Fsync bool
 	// Now replaces the clock that stamps records without a time, for
 	// tests.
 	Now func() time.Time
 }
 
-// Open opens the audit log where says: a file path opens (or creates) an
-// SQLite database. Other kinds of store are named by URL; none is built
-// in yet, and their URLs are refused with sandbox.ErrUnsupported.
+// Open opens the audit log where says: a postgres:// or postgresql:// URL
+// opens a PostgreSQL database (OpenPostgres), which several servers may
+// share; a file path opens (or creates) an SQLite database (OpenSQLite).
+// Other URLs are refused with sandbox.ErrUnsupported. Errors show a URL
+// with its password masked (Redact).
 func Open(ctx context.Context, where string, o Options) (Store, error) {
-	if scheme, _, ok := strings.Cut(where, "://"); ok && !strings.ContainsRune(scheme, '/') {
-		return nil, fmt.Errorf("audit log %q: %s stores are not built in (give a file path for SQLite): %w", where, scheme, sandbox.ErrUnsupported)
+	if scheme, ok := urlScheme(where); ok {
+		if scheme == "postgres" || scheme == "postgresql" {
+			return OpenPostgres(ctx, where, o)
+		}
+		return nil, fmt.Errorf("audit log %q: %s stores are not built in (give a file path for SQLite, or a postgres:// URL): %w",
+			Redact(where), scheme, sandbox.ErrUnsupported)
 	}
-	return OpenSQLite(ctx, where, o)
+	s, err := OpenSQLite(ctx, where, o)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // DefaultPath is where the audit log lives by default: $AIRLOCK_HOME/audit.db,

@@ -21,12 +21,13 @@ func init() {
 	register("audit", command{summary: "show the audit log that airlock serve writes", run: runAudit})
 }
 
-const auditUsage = `audit [--db PATH] [--tenant T] [--since DURATION] [--limit N] [--json]
+const auditUsage = `audit [--db PATH|URL] [--tenant T] [--since DURATION] [--limit N] [--json]
 
 Prints the last records of the audit log, oldest first: every session, process,
 code call, egress decision and artifact verdict of every tenant, or of one. The
-log is read from the file airlock serve writes (its --audit-db), read-only, while
-the server runs or not. --json prints {"records": [...]} as GET /v1/audit does.`
+log is read from the file or the PostgreSQL database airlock serve writes (its
+--audit-db), read-only, while the server runs or not. --json prints
+{"records": [...]} as GET /v1/audit does.`
 
 // auditOptions are the parsed flags of airlock audit.
 type auditOptions struct {
@@ -39,7 +40,7 @@ type auditOptions struct {
 func parseAudit(env *cliEnv, args []string) (*auditOptions, error) {
 	o := &auditOptions{}
 	fs := newFlagSet(env, "audit", auditUsage)
-	fs.StringVar(&o.db, "db", "", "the audit log, an SQLite `PATH` (default $AIRLOCK_HOME/audit.db, else ~/.local/share/airlock/audit.db)")
+	fs.StringVar(&o.db, "db", "", "the audit log: an SQLite file's `PATH`, or a postgres:// URL (default $AIRLOCK_HOME/audit.db, else ~/.local/share/airlock/audit.db)")
 	fs.StringVar(&o.tenant, "tenant", "", "show only this `TENANT`'s records")
 	fs.Var(durationFlag{&o.since}, "since", "show only the records of the last `DURATION` (1h, 30m, 2h30m)")
 	fs.Var(positiveInt{&o.limit}, "limit", fmt.Sprintf("show the last `N` records (default %d, at most %d)", audit.DefaultLimit, audit.MaxLimit))
@@ -95,7 +96,7 @@ func runAudit(ctx context.Context, env *cliEnv, args []string) int {
 		return 0
 	}
 	if len(recs) == 0 {
-		env.errorf("airlock audit: no records in %s match", o.db)
+		env.errorf("airlock audit: no records in %s match", audit.Redact(o.db))
 		return 0
 	}
 	if err := writeAuditTable(env.stdout, recs); err != nil {

@@ -39,9 +39,10 @@ SIGTERM or SIGINT stops it: new requests get 503, running calls finish or are
 cancelled, every sandbox is destroyed.
 
 Every session, process, code call, egress decision and artifact verdict is
-written to the audit log (an SQLite file, --audit-db) before the call that made
-it answers; GET /v1/audit reads a tenant's own records, airlock audit reads them
-all. GET /metrics serves Prometheus metrics without authentication: counts and
+written to the audit log (--audit-db: an SQLite file, or a PostgreSQL database
+that several servers share, named by a postgres:// URL) before the call that
+made it answers; GET /v1/audit reads a tenant's own records, airlock audit reads
+them all. GET /metrics serves Prometheus metrics without authentication: counts and
 latencies only, no tenant, session, command or host in them.`
 
 // serveOptions are the parsed flags of airlock serve.
@@ -78,7 +79,7 @@ func parseServe(env *cliEnv, args []string) (*serveOptions, error) {
 	fs.Var(positiveInt{&o.burst}, "rate-burst", "requests each key may send at once above the rate, a `NUMBER` (default 100)")
 	fs.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "how long a client may take to send a request's headers")
 	fs.DurationVar(&o.bodyTimeout, "body-timeout", 30*time.Second, "how long a client may take to send a JSON body")
-	fs.StringVar(&o.auditDB, "audit-db", "", "the audit log, an SQLite `PATH`, or none (default $AIRLOCK_HOME/audit.db, else ~/.local/share/airlock/audit.db)")
+	fs.StringVar(&o.auditDB, "audit-db", "", "the audit log: an SQLite file's `PATH`, a postgres:// URL (a PostgreSQL database that several servers may share), or none (default $AIRLOCK_HOME/audit.db, else ~/.local/share/airlock/audit.db)")
 	o.auditRetention = 720 * time.Hour
 	fs.Var(zeroOrDuration{&o.auditRetention}, "audit-retention", "how long audit records are kept, a `DURATION`; 0 keeps them for ever")
 	fs.BoolVar(&o.auditFsync, "audit-fsync", false, "sync every audit commit to the disk, so that records survive a power loss, not only a killed server")
@@ -92,7 +93,7 @@ func parseServe(env *cliEnv, args []string) (*serveOptions, error) {
 	if o.auditDB == "" {
 		p, err := audit.DefaultPath(env.getenv)
 		if err != nil {
-			return nil, fmt.Errorf("--audit-db: no default (%v); give a path or none: %w", err, sandbox.ErrInvalid)
+			return nil, fmt.Errorf("--audit-db: no default (%v); give a path, a URL or none: %w", err, sandbox.ErrInvalid)
 		}
 		o.auditDB = p
 	}
@@ -257,7 +258,7 @@ func runServe(ctx context.Context, env *cliEnv, args []string) int {
 		metricsAt = "none"
 	}
 	log.Info("serving", "addr", ln.Addr().String(), "backends", o.backends, "tenants_with_keys", keys.Len() > 0,
-		"audit_db", o.auditDB, "metrics", metricsAt, "https", tlsConf != nil, "e2b", o.e2b)
+		"audit_db", audit.Redact(o.auditDB), "metrics", metricsAt, "https", tlsConf != nil, "e2b", o.e2b)
 	select {
 	case err := <-served:
 		return fail(sandbox.ExitFailed, err)

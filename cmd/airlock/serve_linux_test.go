@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/audit"
+	"github.com/airlock-sandbox/airlock/internal/testpg"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -550,5 +552,65 @@ func TestServeAuditRetention(t *testing.T) {
 			t.Fatalf("a minute after the start, alice's records are %q (want only the one of an hour ago), the pruning logged: %v\n%s", whats, logged, s.log())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestServeAuditPostgres: two servers, replicas, share one PostgreSQL
+// audit log: each one's GET /v1/audit holds the records of calls made to
+// the other, in one order; airlock audit reads the database; and neither
+// server's log nor a refused start shows the database's password.
+func TestServeAuditPostgres(t *testing.T) {
+	srv := testpg.Start(t)
+	db := srv.NewDatabase(t)
+	a := startServe(t, db)
+	b := startServe(t, db)
+	sa := a.newSession(t, aliceKey, nil)
+	a.exec(t, aliceKey, sa, "echo on-a")
+	sb := b.newSession(t, aliceKey, nil)
+	b.exec(t, aliceKey, sb, "echo on-b")
+	bob := b.newSession(t, bobKey, nil)
+	b.exec(t, bobKey, bob, "echo bob-was-here")
+
+	fromA, fromB := a.auditAll(t, aliceKey, 2), b.auditAll(t, aliceKey, 3)
+	if fmt.Sprint(fromA) != fmt.Sprint(fromB) {
+		t.Errorf("the replicas' logs differ:\n%+v\n%+v", fromA, fromB)
+	}
+	var onA, onB bool
+	for _, r := range fromA {
+		if r.Tenant != "alice" {
+			t.Errorf("alice's audit log holds %+v", r)
+		}
+		onA = onA || r.Session == sa && strings.Contains(r.What, "echo on-a")
+		onB = onB || r.Session == sb && strings.Contains(r.What, "echo on-b")
+	}
+	if !onA || !onB {
+		t.Errorf("alice's records lack the exec on replica a (%v) or on b (%v): %+v", onA, onB, fromA)
+	}
+	out, errs, code := airlock(t, "", "audit", "--db", db, "--tenant", "alice")
+	if code != 0 || !strings.Contains(out, "echo on-a") || !strings.Contains(out, "echo on-b") {
+		t.Errorf("airlock audit --db URL: exit %d\n%s\n%s", code, out, errs)
+	}
+
+	u, err := url.Parse(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{srv.Password(), url.UserPassword("", srv.Password()).String()[1:]}
+	wrong := *u
+	wrong.User = url.UserPassword(testpg.User, "Wr0ng-S3cret")
+	_, errs, code = airlock(t, "", "serve", "--addr", "127.0.0.1:0", "--audit-db", wrong.String())
+	if code == 0 || !strings.Contains(errs, "password authentication failed") || strings.Contains(errs, "Wr0ng-S3cret") {
+		t.Errorf("airlock serve with a wrong database password: exit %d, stderr %q; want a failure naming the cause, not the password", code, errs)
+	}
+	for _, s := range []*served{a, b} {
+		log := s.log()
+		if !strings.Contains(log, `"audit_db":"postgres://airlock:xxxxx@`) {
+			t.Errorf("the serving line does not show the masked URL:\n%s", log)
+		}
+		for _, x := range secrets {
+			if strings.Contains(log, x) {
+				t.Errorf("airlock serve's log shows the database password %q:\n%s", x, log)
+			}
+		}
 	}
 }
