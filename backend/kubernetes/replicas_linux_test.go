@@ -17,8 +17,10 @@ import (
 	"time"
 
 	"github.com/airlock-sandbox/airlock/api"
+	"github.com/airlock-sandbox/airlock/audit"
 	"github.com/airlock-sandbox/airlock/backend/kubernetes"
 	"github.com/airlock-sandbox/airlock/internal/testimage"
+	"github.com/airlock-sandbox/airlock/internal/testpg"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/airlock-sandbox/airlock/server"
 	"github.com/airlock-sandbox/airlock/session"
@@ -29,42 +31,56 @@ import (
 // the cluster (see serveReplica), named by the variable's value.
 const replicaEnv = "AIRLOCK_K8S_TEST_REPLICA"
 
+// auditEnv, with replicaEnv, is the audit database's URL of a replica
+// that runs as a process of its own.
+const auditEnv = "AIRLOCK_K8S_TEST_AUDIT"
+
 // newReplica is what airlock serve runs: a session Manager over a
-// kubernetes backend named name, and the HTTP API over it, listening on
-// loopback. It returns the server's URL and a stop function.
-func newReplica(name string) (string, func(), error) {
+// kubernetes backend named name, with the audit log in the PostgreSQL
+// database at auditDB that the replicas share, and the HTTP API over
+// both, listening on loopback. It returns the server's URL and a stop
+// function.
+func newReplica(name, auditDB string) (string, func(), error) {
 	store, err := testimage.Find()
+	if err != nil {
+		return "", nil, err
+	}
+	log, err := audit.Open(context.Background(), auditDB, audit.Options{})
 	if err != nil {
 		return "", nil, err
 	}
 	opts := options()
 	opts.Replica = name
 	be := kubernetes.New(opts)
-	m, err := session.New(context.Background(), session.Options{Backends: map[string]sandbox.Backend{"kubernetes": be}, Images: store})
+	m, err := session.New(context.Background(), session.Options{Backends: map[string]sandbox.Backend{"kubernetes": be}, Images: store,
+		Observer: audit.NewRecorder(log, audit.RecorderOptions{})})
 	if err != nil {
+		log.Close()
 		return "", nil, err
 	}
-	srv, err := server.New(server.Options{Manager: m})
-	if err != nil {
-		return "", nil, err
+	srv, err := server.New(server.Options{Manager: m, Audit: log})
+	if err == nil {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err == nil {
+			hs := &http.Server{Handler: srv}
+			go func() { _ = hs.Serve(ln) }()
+			stop := func() {
+				_ = hs.Close()
+				_ = m.Close(context.Background())
+				_ = log.Close()
+			}
+			return "http://" + ln.Addr().String(), stop, nil
+		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	hs := &http.Server{Handler: srv}
-	go func() { _ = hs.Serve(ln) }()
-	stop := func() {
-		_ = hs.Close()
-		_ = m.Close(context.Background())
-	}
-	return "http://" + ln.Addr().String(), stop, nil
+	_ = m.Close(context.Background())
+	_ = log.Close()
+	return "", nil, err
 }
 
 // serveReplica runs a replica as this whole process and prints its URL;
 // it serves until it is killed.
 func serveReplica(name string) int {
-	url, _, err := newReplica(name)
+	url, _, err := newReplica(name, os.Getenv(auditEnv))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -74,10 +90,10 @@ func serveReplica(name string) int {
 }
 
 // startReplica starts a replica in this process, stopped when t ends.
-func startReplica(t *testing.T, name string) string {
+func startReplica(t *testing.T, name, auditDB string) string {
 	t.Helper()
 	newBackend(t, options()) // skips without a cluster
-	url, stop, err := newReplica(name)
+	url, stop, err := newReplica(name, auditDB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,8 +169,9 @@ func podGone(t *testing.T, id string) {
 // and commands) and destroyed through another, which finds it from its
 // Pod alone; the first then answers that it ended.
 func TestTwoReplicas(t *testing.T) {
-	a := startReplica(t, replica+"-a")
-	b := startReplica(t, replica+"-b")
+	db := testpg.Start(t).NewDatabase(t)
+	a := startReplica(t, replica+"-a", db)
+	b := startReplica(t, replica+"-b", db)
 	var s api.Session
 	if st := call(t, "POST", a+"/v1/sessions", api.CreateSession{Backend: "kubernetes", Image: "python",
 		Metadata: map[string]string{"step": "1"}}, &s); st != http.StatusCreated {
@@ -181,6 +198,18 @@ func TestTwoReplicas(t *testing.T) {
 		t.Fatalf("destroy through B: %d", st)
 	}
 	podGone(t, s.ID)
+	// one audit log: what each replica did, read through either
+	fromA, fromB := auditOf(t, a, s.ID), auditOf(t, b, s.ID)
+	joined := strings.Join(fromB, "\n")
+	t.Logf("the session's audit records, through B:\n%s", joined)
+	for _, want := range []string{"cat /workspace/input/data.txt", "echo made by A"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("the shared audit log, read through B, lacks %q:\n%s", want, joined)
+		}
+	}
+	if strings.Join(fromA, "\n") != joined {
+		t.Errorf("the replicas read different audit logs:\n%s\n--\n%s", strings.Join(fromA, "\n"), joined)
+	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		st := call(t, "POST", a+"/v1/sessions/"+s.ID+"/exec", api.Exec{Cmd: []string{"true"}}, nil)
 		if st == http.StatusNotFound || st == http.StatusGone {
@@ -198,13 +227,14 @@ func TestTwoReplicas(t *testing.T) {
 // command died with the replica's exec stream, the session's files and
 // state are there, and the survivor destroys it.
 func TestKillReplica(t *testing.T) {
-	b := startReplica(t, replica+"-b")
+	db := testpg.Start(t).NewDatabase(t)
+	b := startReplica(t, replica+"-b", db)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(self, "-test.run", "^$")
-	cmd.Env = append(os.Environ(), replicaEnv+"="+replica+"-killed")
+	cmd.Env = append(os.Environ(), replicaEnv+"="+replica+"-killed", auditEnv+"="+db)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -254,10 +284,31 @@ func TestKillReplica(t *testing.T) {
 	if res := execVia(t, b, s.ID, "cat", "/tmp/state"); res.Stdout != "kept\n" {
 		t.Fatalf("state after A died: %+v", res)
 	}
+	// what A did before it died is in the log the replicas share
+	if got := strings.Join(auditOf(t, b, s.ID), "\n"); !strings.Contains(got, "echo kept > /tmp/state") {
+		t.Errorf("the audit log, read through B, lacks A's command:\n%s", got)
+	}
 	if st := call(t, "DELETE", b+"/v1/sessions/"+s.ID, nil, nil); st >= 300 {
 		t.Fatalf("destroy through B: %d", st)
 	}
 	podGone(t, s.ID)
+}
+
+// auditOf is session id's records in the audit log, read through the
+// replica at url, a "KIND WHAT" line each.
+func auditOf(t *testing.T, url, id string) []string {
+	t.Helper()
+	var list api.AuditList
+	if st := call(t, "GET", url+"/v1/audit?limit=1000", nil, &list); st != http.StatusOK {
+		t.Fatalf("audit through %s: %d", url, st)
+	}
+	var out []string
+	for _, r := range list.Records {
+		if r.Session == id {
+			out = append(out, r.Kind+" "+r.What)
+		}
+	}
+	return out
 }
 
 // waitFor polls cond for up to a minute.
