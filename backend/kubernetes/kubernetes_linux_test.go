@@ -47,9 +47,10 @@ func client() (k8s.Interface, string) {
 }
 
 var testClient = sync.OnceValue(func() (tc struct {
-	c  k8s.Interface
-	ns string
-	hc *http.Client
+	c   k8s.Interface
+	ns  string
+	hc  *http.Client
+	cfg *rest.Config
 }) {
 	path := os.Getenv("KUBECONFIG")
 	if path == "" {
@@ -68,7 +69,7 @@ var testClient = sync.OnceValue(func() (tc struct {
 	if err != nil {
 		return tc
 	}
-	tc.c, tc.hc = c, hc
+	tc.c, tc.hc, tc.cfg = c, hc, cfg
 	tc.ns, _, _ = cc.Namespace()
 	return tc
 })
