@@ -97,6 +97,36 @@ func TestCollectTarRules(t *testing.T) {
 	}
 }
 
+// TestCollectTarPAX: what a writer says in airlock's PAX records (a
+// regular file of more than one link, a socket written as a FIFO) is
+// refused with its own reason; a file of one link passes.
+func TestCollectTarPAX(t *testing.T) {
+	linked := file("linked.txt", "x")
+	linked.PAXRecords = map[string]string{sandbox.PAXLinks: "2"}
+	single := file("single.txt", "x")
+	single.PAXRecords = map[string]string{sandbox.PAXLinks: "1"}
+	sock := &tar.Header{Name: "sock", Typeflag: tar.TypeFifo, PAXRecords: map[string]string{sandbox.PAXType: "socket"}}
+	arts, err := CollectTar(context.Background(), tarOf(t, linked, single, sock), Destination{}, sandbox.ArtifactPolicy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"linked.txt": "hard link", "single.txt": "", "sock": "socket"}
+	for _, a := range arts {
+		why, ok := want[a.Path]
+		if !ok {
+			t.Errorf("unexpected entry %+v", a)
+			continue
+		}
+		delete(want, a.Path)
+		if why == "" && a.Verdict != sandbox.VerdictAccepted || why != "" && (a.Verdict != sandbox.VerdictRejected || !strings.Contains(a.Reason, why)) {
+			t.Errorf("%s: %s %q, want %q", a.Path, a.Verdict, a.Reason, why)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("no verdict for %v", want)
+	}
+}
+
 // TestCollectTarCaps: sizes in the headers are checked before anything is
 // read, so a giant (sparse) entry costs nothing; a truncated stream ends
 // the walk with a rejection.
