@@ -3,12 +3,9 @@ package audit
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
-	"sync"
+	"strconv"
 	"time"
 
-	"github.com/airlock-sandbox/airlock/api"
 	"github.com/airlock-sandbox/airlock/sandbox"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,16 +20,8 @@ import (
 // the last id it saw never skips a record that another replica was still
 // committing. The lock is released only once the commit is visible.
 type pgStore struct {
-	where   string   // the URL with its secrets masked, for messages
-	secrets []string // what scrub masks in errors
-	now     func() time.Time
-	pool    *pgxpool.Pool
-	ro      bool
-
-	mu     sync.RWMutex // held for reading while a call uses the pool
-	closed bool
-	reqs   chan *appendReq
-	done   chan struct{} // closed when the writer has stopped
+	core // where is the URL with its password masked
+	pool *pgxpool.Pool
 }
 
 var _ Store = (*pgStore)(nil)
@@ -111,11 +100,8 @@ func OpenPostgres(ctx context.Context, url string, o Options) (Store, error) {
 		// Not echoed: a keyword/value string's password would show.
 		return nil, fmt.Errorf("audit log: want a postgres:// or postgresql:// URL: %w", sandbox.ErrInvalid)
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	s := &pgStore{where: Redact(url), secrets: urlSecrets(url), now: o.Now, ro: o.ReadOnly,
-		reqs: make(chan *appendReq, 64), done: make(chan struct{})}
+	s := &pgStore{}
+	s.core = newCore(Redact(url), urlSecrets(url), o, s)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("audit log %s: %w: %w", s.where, s.scrub(err), sandbox.ErrInvalid)
@@ -140,7 +126,6 @@ func OpenPostgres(ctx context.Context, url string, o Options) (Store, error) {
 		return nil, fmt.Errorf("audit log %s: %w", s.where, s.scrub(err))
 	}
 	if o.ReadOnly {
-		close(s.done)
 		err = s.checkVersion(ctx)
 	} else {
 		err = s.migrate(ctx)
@@ -150,7 +135,7 @@ func OpenPostgres(ctx context.Context, url string, o Options) (Store, error) {
 		return nil, err
 	}
 	if !o.ReadOnly {
-		go s.writer()
+		go s.run()
 	}
 	return s, nil
 }
@@ -263,82 +248,12 @@ func (s *pgStore) checkVersion(ctx context.Context) error {
 	if !have {
 		return fmt.Errorf("no audit log in %s (airlock serve creates it): %w", s.where, sandbox.ErrNotFound)
 	}
-	v, err := s.version(ctx, s.pool)
-	if err != nil {
-		return err
-	}
-	if v < schemaVersion {
-		return fmt.Errorf("audit log %s has schema version %d, older than this airlock's %d; opening it once with airlock serve upgrades it: %w", s.where, v, schemaVersion, ErrSchema)
-	}
-	return nil
+	return s.current(s.version(ctx, s.pool))
 }
 
-// Append implements Store.
-func (s *pgStore) Append(ctx context.Context, recs ...api.AuditRecord) error {
-	if len(recs) == 0 {
-		return nil
-	}
-	if s.ro {
-		return fmt.Errorf("audit log %s: opened read-only: %w", s.where, sandbox.ErrUnsupported)
-	}
-	norm := make([]api.AuditRecord, len(recs))
-	for i, r := range recs {
-		norm[i] = Normalize(r, s.now)
-		if norm[i].Kind == "" {
-			return fmt.Errorf("audit record %d: no kind: %w", i, sandbox.ErrInvalid)
-		}
-	}
-	req := &appendReq{recs: norm, err: make(chan error, 1)}
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return fmt.Errorf("audit log %s: %w", s.where, ErrClosed)
-	}
-	select {
-	case s.reqs <- req:
-	case <-ctx.Done():
-		s.mu.RUnlock()
-		return ctx.Err()
-	}
-	s.mu.RUnlock()
-	select {
-	case err := <-req.err:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// writer commits the waiting appends, as many as are waiting (up to
-// maxBatch records) in each transaction, until Close.
-func (s *pgStore) writer() {
-	defer close(s.done)
-	for req := range s.reqs {
-		batch := []*appendReq{req}
-		n := len(req.recs)
-	gather:
-		for n < maxBatch {
-			select {
-			case more, ok := <-s.reqs:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, more)
-				n += len(more.recs)
-			default:
-				break gather
-			}
-		}
-		err := s.commit(batch)
-		for _, r := range batch {
-			r.err <- err
-		}
-	}
-}
-
-// commit writes the records of batch, in order, in one transaction that
-// holds pgAppendLock from before its ids are drawn until it is visible.
-// The statements go to the server in one round trip.
+// commit implements engine: it writes the records of batch, in order, in
+// one transaction that holds pgAppendLock from before its ids are drawn
+// until it is visible. The statements go to the server in one round trip.
 func (s *pgStore) commit(batch []*appendReq) error {
 	ctx, cancel := context.WithTimeout(context.Background(), pgCommitTimeout)
 	defer cancel()
@@ -358,165 +273,27 @@ func (s *pgStore) commit(batch []*appendReq) error {
 	})
 }
 
-// Query implements Store and server.AuditReader.
-func (s *pgStore) Query(ctx context.Context, tenant string, after int64, limit int) ([]api.AuditRecord, error) {
-	f, err := tenantFilter(tenant, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	return s.List(ctx, f)
+// selectRecords implements engine.
+func (s *pgStore) selectRecords(ctx context.Context, f Filter) (recordRows, error) {
+	q, args := listSQL(pgRecordsTable, f, func(n int) string { return "$" + strconv.Itoa(n) })
+	return s.pool.Query(ctx, q, args...)
 }
 
-// List implements Store.
-func (s *pgStore) List(ctx context.Context, f Filter) ([]api.AuditRecord, error) {
-	f, err := checkFilter(f)
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := s.hold()
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	var where []string
-	var args []any
-	arg := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, fmt.Sprintf(cond, len(args)))
-	}
-	if f.Tenant != "" {
-		arg("tenant = $%d", f.Tenant)
-	}
-	if f.After > 0 {
-		arg("id > $%d", f.After)
-	}
-	if !f.Since.IsZero() {
-		arg("time_ns >= $%d", f.Since.UnixNano())
-	}
-	q := "SELECT " + columns + " FROM airlock_audit_records"
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	args = append(args, f.Limit)
-	if f.Last {
-		q += fmt.Sprintf(" ORDER BY id DESC LIMIT $%d", len(args))
-	} else {
-		q += fmt.Sprintf(" ORDER BY id LIMIT $%d", len(args))
-	}
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, s.fail("", err)
-	}
-	defer rows.Close()
-	out := []api.AuditRecord{}
-	for rows.Next() {
-		var r api.AuditRecord
-		var ns int64
-		if err := rows.Scan(&r.ID, &ns, &r.Tenant, &r.Kind, &r.Session, &r.Backend, &r.What, &r.ExitCode, &r.TimedOut,
-			&r.OOMKilled, &r.PidsLimitHit, &r.DurationMS, &r.Bytes, &r.Detail); err != nil {
-			return nil, s.fail("", err)
-		}
-		r.Time = time.Unix(0, ns).UTC()
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.fail("", err)
-	}
-	if f.Last {
-		slices.Reverse(out)
-	}
-	return out, nil
-}
-
-// Prune implements Store. It deletes in batches, so that no delete holds
-// many rows' locks for long; appends go on meanwhile (they insert, and
-// need no lock a delete holds). Replicas pruning at once each count the
-// records they removed.
-func (s *pgStore) Prune(ctx context.Context, before time.Time) (int64, error) {
-	if s.ro {
-		return 0, fmt.Errorf("audit log %s: opened read-only: %w", s.where, sandbox.ErrUnsupported)
-	}
-	unlock, err := s.hold()
-	if err != nil {
-		return 0, err
-	}
-	defer unlock()
-	var total int64
-	for {
-		tag, err := s.pool.Exec(ctx, `DELETE FROM airlock_audit_records WHERE id IN
-			(SELECT id FROM airlock_audit_records WHERE time_ns < $1 ORDER BY time_ns LIMIT $2)`, before.UnixNano(), pruneBatch)
-		if err != nil {
-			return total, s.fail("pruning", err)
-		}
-		n := tag.RowsAffected()
-		total += n
-		if n < pruneBatch {
-			return total, nil
-		}
-	}
-}
-
-// hold keeps the Store from closing until unlock runs; it fails once the
-// Store is closed.
-func (s *pgStore) hold() (unlock func(), err error) {
-	s.mu.RLock()
-	if s.closed {
-		s.mu.RUnlock()
-		return nil, fmt.Errorf("audit log %s: %w", s.where, ErrClosed)
-	}
-	return s.mu.RUnlock, nil
+// deleteBefore implements engine. Appends go on meanwhile (they insert,
+// and need no lock a delete holds); replicas pruning at once each count
+// the records they removed.
+func (s *pgStore) deleteBefore(ctx context.Context, before time.Time) (int64, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM airlock_audit_records WHERE id IN
+		(SELECT id FROM airlock_audit_records WHERE time_ns < $1 ORDER BY time_ns LIMIT $2)`, before.UnixNano(), pruneBatch)
+	return tag.RowsAffected(), err
 }
 
 // Close implements Store: it waits for the appends under way to commit,
 // then closes the pool's connections.
 func (s *pgStore) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.stop() {
 		return nil
 	}
-	s.closed = true
-	if !s.ro {
-		close(s.reqs)
-	}
-	s.mu.Unlock()
-	<-s.done
 	s.pool.Close()
 	return nil
 }
-
-// fail wraps an error of the database, saying what was done when what is
-// not empty, with the URL's secrets masked.
-func (s *pgStore) fail(what string, err error) error {
-	if what != "" {
-		return fmt.Errorf("audit log %s: %s: %w", s.where, what, s.scrub(err))
-	}
-	return fmt.Errorf("audit log %s: %w", s.where, s.scrub(err))
-}
-
-// scrub masks the secrets of the URL in err's text. pgx masks passwords
-// in what it reports already; this holds whatever a driver or a server
-// quotes back.
-func (s *pgStore) scrub(err error) error {
-	if err == nil || len(s.secrets) == 0 {
-		return err
-	}
-	return scrubbed{err, s.secrets}
-}
-
-// scrubbed is an error whose text has secrets masked; errors.Is and
-// errors.As still see the error it wraps.
-type scrubbed struct {
-	err     error
-	secrets []string // longest first
-}
-
-func (e scrubbed) Error() string {
-	msg := e.err.Error()
-	for _, x := range e.secrets {
-		msg = strings.ReplaceAll(msg, x, redacted)
-	}
-	return msg
-}
-
-func (e scrubbed) Unwrap() error { return e.err }

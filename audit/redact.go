@@ -126,3 +126,20 @@ func unescape(s string, f func(string) (string, error)) string {
 	}
 	return u
 }
+
+// scrubbed is an error whose text has secrets masked; errors.Is and
+// errors.As still see the error it wraps.
+type scrubbed struct {
+	err     error
+	secrets []string // longest first
+}
+
+func (e scrubbed) Error() string {
+	msg := e.err.Error()
+	for _, x := range e.secrets {
+		msg = strings.ReplaceAll(msg, x, redacted)
+	}
+	return msg
+}
+
+func (e scrubbed) Unwrap() error { return e.err }

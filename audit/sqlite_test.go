@@ -146,6 +146,14 @@ func TestSQLiteReadOnly(t *testing.T) {
 	path := filepath.Join(dir, "audit.db")
 	w := openSQLite(t, path, audit.Options{})
 	r := openSQLite(t, path, audit.Options{ReadOnly: true})
+	checkReader(t, w, r)
+}
+
+// checkReader: r, the log w writes opened read-only, sees each record w
+// appends, and refuses to append or prune.
+func checkReader(t *testing.T, w, r audit.Store) {
+	t.Helper()
+	ctx := context.Background()
 	for i := range 3 {
 		if err := w.Append(ctx, api.AuditRecord{Time: at, Tenant: "alice", Kind: "exec", What: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
