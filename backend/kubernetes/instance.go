@@ -227,10 +227,9 @@ func (i *instance) waitRunning(ctx context.Context, timeout time.Duration) error
 	// The sandbox container runs a shell until the agent is in place;
 	// the agent answers once it is.
 	for {
-		var out bytes.Buffer
-		err := i.b.execStream(ctx, i.pod, sandboxContainer, []string{AgentPath, agent.CmdVersion}, nil, &out, nil)
+		v, err := i.version(ctx)
 		if err == nil {
-			if v := strings.TrimSpace(out.String()); v != agent.Version {
+			if v != agent.Version {
 				return fmt.Errorf("sandbox %s: its agent speaks protocol %q, this airlock %q: %w", i.id, v, agent.Version, sandbox.ErrUnsupported)
 			}
 			return nil
@@ -243,6 +242,59 @@ func (i *instance) waitRunning(ctx context.Context, timeout time.Duration) error
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// version asks the sandbox container's agent its protocol version.
+func (i *instance) version(ctx context.Context) (string, error) {
+	var out bytes.Buffer
+	err := i.b.execStream(ctx, i.pod, sandboxContainer, []string{AgentPath, agent.CmdVersion}, nil, &out, nil)
+	return strings.TrimSpace(out.String()), err
+}
+
+// answers says whether the sandbox's agent answers within d.
+func (i *instance) answers(d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, err := i.version(ctx)
+	return err
+}
+
+// ended waits up to d for the Pod to have ended with every container's
+// end reported (the kubelet reports them one at a time: the files
+// container's exit may come before the sandbox container's OOMKilled),
+// and returns its last state.
+func (i *instance) ended(d time.Duration) *corev1.Pod {
+	deadline := time.After(d)
+	for {
+		i.mu.Lock()
+		pod := i.last
+		i.mu.Unlock()
+		select {
+		case <-i.done:
+			if allTerminated(pod) {
+				return pod
+			}
+		default:
+		}
+		select {
+		case <-deadline:
+			return pod
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// allTerminated says whether every container of pod has ended.
+func allTerminated(pod *corev1.Pod) bool {
+	if pod == nil || len(pod.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, c := range pod.Status.ContainerStatuses {
+		if c.State.Terminated == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // describe is the Pod's last state, in short.

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-sandbox/airlock/backend/internal/command"
 	"github.com/airlock-sandbox/airlock/backend/kubernetes/agent"
 	"github.com/airlock-sandbox/airlock/sandbox"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Bounds on a process's end, beyond its own timeout.
@@ -22,9 +23,14 @@ const (
 	// killGrace is how long a shepherd told to kill may take to report
 	// the exit before the exec stream is cut (which kills too).
 	killGrace = 5 * time.Second
-	// diedWait is how long a process whose stream broke waits for the
-	// Pod's state to say why (its memory cap, say).
-	diedWait = 3 * time.Second
+	// pingWait bounds the question whether a sandbox whose process's
+	// stream broke still answers.
+	pingWait = 5 * time.Second
+	// diedWait is how long a process whose stream broke, in a sandbox
+	// that no longer answers, waits for the cluster to say the Pod ended
+	// and why (its memory cap, say): the kubelet reports a container's
+	// end some seconds after it, more on a loaded node.
+	diedWait = 60 * time.Second
 )
 
 // process is one command: one exec of the agent's shepherd.
@@ -206,15 +212,17 @@ func (p *process) finish(exit *agent.Exit, execErr error, agentErr string) {
 		p.res = res
 		return
 	}
-	// No exit: the sandbox ended, or the stream broke. The Pod's state
-	// says which, a moment later.
-	select {
-	case <-p.i.done:
-	case <-time.After(diedWait):
+	// No exit: the sandbox ended, or the stream broke. A sandbox whose
+	// agent still answers lives on; one that does not is ending, and the
+	// Pod's state, once the kubelet reports it, says why.
+	var pod *corev1.Pod
+	if p.i.answers(pingWait) != nil {
+		pod = p.i.ended(diedWait)
+	} else {
+		p.i.mu.Lock()
+		pod = p.i.last
+		p.i.mu.Unlock()
 	}
-	p.i.mu.Lock()
-	pod := p.i.last
-	p.i.mu.Unlock()
 	if oomKilled(pod) {
 		// The host meets the memory cap by killing gVisor's sentry, the
 		// sandbox's kernel: the process and the sandbox are gone.
