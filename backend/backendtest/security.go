@@ -157,7 +157,7 @@ func (s *suite) testForkBomb(t *testing.T) {
 	// backend may run the check under (a backend's own processes run as
 	// other users, or run AgentExe); a zombie counts
 	after := Exec(t, inst, sandbox.ProcessSpec{Env: map[string]string{"AGENT_EXE": s.AgentExe}, Cmd: []string{"python3", "-c", `
-import os
+import os, sys
 agent = os.environ["AGENT_EXE"]
 n = 0
 for p in os.listdir("/proc"):
@@ -176,9 +176,14 @@ for p in os.listdir("/proc"):
         except OSError:
             pass
         n += 1
+        try:
+            with open("/proc/" + p + "/stat") as f:
+                print(f.read()[:120].strip(), file=sys.stderr)  # pid (comm) state ppid pgrp session
+        except OSError:
+            pass
 print(n)`}})
 	if n, err := strconv.Atoi(strings.TrimSpace(after.Stdout)); err != nil || n > 0 {
-		t.Errorf("%d processes still in the sandbox after the fork bomb's command ended (%q %q)", n, after.Stdout, after.Stderr)
+		t.Errorf("%d processes still in the sandbox after the fork bomb's command ended (%q), their stat lines:\n%s", n, after.Stdout, after.Stderr)
 	}
 	t.Logf("fork bomb held at the pids cap for %v", time.Since(start))
 }

@@ -36,7 +36,11 @@ const (
 // Sizes of the Pod's own parts beyond the policy's.
 const (
 	filesMemory = 48 << 20 // the files container: its init and one file operation at a time
-	agentVolume = 32 << 20 // the volume the agent is copied into
+	// The files container's CPU limit, in thousandths of a CPU, on the
+	// node's kernel and under a sandboxing runtime (see podFor).
+	filesCPUOwn    = 100
+	filesCPUShared = 10
+	agentVolume    = 32 << 20 // the volume the agent is copied into
 	// AgentTasks is what the pids cap allows the agent's own tasks in the
 	// sandbox, beyond the policy's cap: init and the files container's
 	// init (each a Go program of a few threads), the shepherd of each
@@ -84,9 +88,18 @@ func (b *Backend) podFor(id, image string, spec sandbox.Spec) (*corev1.Pod, erro
 		share = 1
 	}
 	cpuRequest := resource.NewMilliQuantity(max(int64(lim.CPUs*1000*share), 1), resource.DecimalSI)
-	filesCPURequest := resource.NewMilliQuantity(max(int64(100*share), 1), resource.DecimalSI)
+	// Under a sandboxing runtime the Pod's containers share one kernel
+	// (gVisor's sentry, Kata's machine), whose CPU quota is the sum of
+	// their limits: the files container's own limit would add to the
+	// sandbox's CPUs, so it gets a sliver there. On the node's kernel it
+	// has a cgroup of its own and needs a share to tar an output.
+	filesMilli := int64(filesCPUOwn)
+	if isSandboxing(b.handler) {
+		filesMilli = filesCPUShared
+	}
+	filesCPURequest := resource.NewMilliQuantity(max(int64(float64(filesMilli)*share), 1), resource.DecimalSI)
 	filesMem := resource.NewQuantity(filesMemory, resource.BinarySI)
-	filesCPU := resource.NewMilliQuantity(100, resource.DecimalSI)
+	filesCPU := resource.NewMilliQuantity(filesMilli, resource.DecimalSI)
 	sizeOf := func(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.BinarySI) }
 	scratch := "scratch"
 	pod := &corev1.Pod{

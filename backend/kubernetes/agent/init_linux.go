@@ -84,7 +84,8 @@ func install(dst string) error {
 // exec API starts them as init's children) are spared.
 func killOrphans(self string) {
 	me := os.Getpid()
-	for _, p := range processes() {
+	table, _ := processes() // a table not read is read again next round
+	for _, p := range table {
 		if p.ppid != me || p.zombie {
 			continue
 		}
@@ -98,14 +99,16 @@ func killOrphans(self string) {
 // proc is one line of the process table.
 type proc struct {
 	pid, ppid, sid int
-	zombie         bool
+	zombie         bool // Z or X: dead, not yet reaped
+	stopped        bool // T or t: it runs nothing, and forks nothing
 }
 
-// processes reads the process table from /proc.
-func processes() []proc {
+// processes reads the process table from /proc; nil, err when /proc
+// could not be listed.
+func processes() ([]proc, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	out := make([]proc, 0, len(ents))
 	for _, e := range ents {
@@ -129,9 +132,9 @@ func processes() []proc {
 		}
 		ppid, _ := strconv.Atoi(f[1])
 		sid, _ := strconv.Atoi(f[3])
-		out = append(out, proc{pid: pid, ppid: ppid, sid: sid, zombie: f[0] == "Z" || f[0] == "X"})
+		out = append(out, proc{pid: pid, ppid: ppid, sid: sid, zombie: f[0] == "Z" || f[0] == "X", stopped: f[0] == "T" || f[0] == "t"})
 	}
-	return out
+	return out, nil
 }
 
 // descendants lists the live processes below pid in table.

@@ -252,51 +252,61 @@ func (s *shepherd) reap() {
 }
 
 // sweep kills everything below the shepherd and everything in the
-// process's session sid until nothing is left, and says how many kills it
-// took. Under gVisor an orphan goes to init, not to the shepherd (its
-// subreaper), so the session finds what the tree walk cannot; a process
-// that left the session as well is init's to kill (killOrphans). Nothing
-// is left once the table has shown none of them, not even a zombie init
-// has yet to reap, a few times over: the children of a process being
-// killed appear only once it is gone, and a table read in between misses
-// them.
+// process's session sid, and says how many kills it took. Under gVisor an
+// orphan goes to init, not to the shepherd (its subreaper), so the
+// session finds what the tree walk cannot; a process that left the
+// session as well is init's to kill (killOrphans). A kill of what one
+// table read shows would miss the children forked meanwhile, so each
+// round stops what still runs (SIGSTOP, which no process can catch) and
+// kills only once a read shows every one of them stopped: then none can
+// fork, and nothing is missed. The sweep ends once the table has shown
+// none of them, not even a zombie init has yet to reap, a few times over.
 func sweep(sid int) int {
 	const quiet = 3 // empty reads in a row
 	me := os.Getpid()
-	n, empty := 0, 0
+	killed := map[int]bool{}
+	empty := 0
 	for round := 0; round < sweepRounds; round++ {
-		table := processes()
-		left := descendants(table, me)
-		present := len(left) > 0
+		table, err := processes()
+		if err != nil {
+			// an unread table is not an empty one
+			empty = 0
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
 		below := map[int]bool{}
-		for _, pid := range left {
+		for _, pid := range descendants(table, me) {
 			below[pid] = true
 		}
+		var left []proc
+		running := false
 		for _, p := range table {
-			if p.sid != sid || p.pid == me {
+			if p.pid == me || !below[p.pid] && p.sid != sid {
 				continue
 			}
-			present = true
-			if !p.zombie && !below[p.pid] {
-				left = append(left, p.pid)
-			}
+			left = append(left, p)
+			running = running || !p.zombie && !p.stopped
 		}
-		if !present {
+		if len(left) == 0 {
 			if empty++; empty >= quiet {
-				return n
+				return len(killed)
 			}
 			time.Sleep(5 * time.Millisecond)
 			continue
 		}
 		empty = 0
-		for _, pid := range left {
-			if unix.Kill(pid, unix.SIGKILL) == nil {
-				n++
+		for _, p := range left {
+			switch {
+			case p.zombie:
+			case running:
+				_ = unix.Kill(p.pid, unix.SIGSTOP)
+			case unix.Kill(p.pid, unix.SIGKILL) == nil:
+				killed[p.pid] = true
 			}
 		}
 		time.Sleep(time.Duration(min(round, 10)) * time.Millisecond)
 	}
-	return n
+	return len(killed)
 }
 
 func isClosed(c chan struct{}) bool {
