@@ -79,9 +79,10 @@ if [ -f "$state/links.before" ]; then
 	done
 fi
 
-# The kubelet's chains: its canaries and KUBE-FIREWALL (no kube-proxy here).
+# The kubelet's chains: its canaries, KUBE-FIREWALL and the hint of its iptables mode
+# (no kube-proxy here).
 for table in mangle nat filter; do
-	for chain in KUBE-KUBELET-CANARY KUBE-FIREWALL; do
+	for chain in KUBE-KUBELET-CANARY KUBE-FIREWALL KUBE-IPTABLES-HINT; do
 		for ipt in iptables ip6tables; do
 			if $ipt -t $table -S "$chain" > /dev/null 2>&1; then
 				# the jumps to it first (INPUT and OUTPUT jump to KUBE-FIREWALL)
