@@ -2,7 +2,7 @@ package kubernetes_test
 
 import (
 	"context"
-	"sort"
+	"fmt"
 	"testing"
 	"time"
 
@@ -71,26 +71,6 @@ func benchManager(b *testing.B, name string, pooled bool) *session.Manager {
 	return m
 }
 
-// median runs fn b.N times and reports the median duration; settle, when
-// set, runs untimed before each call.
-func median(b *testing.B, fn func(), settle func()) {
-	b.Helper()
-	d := make([]time.Duration, 0, b.N)
-	b.StopTimer()
-	for i := 0; i < b.N; i++ {
-		if settle != nil {
-			settle()
-		}
-		t0 := time.Now()
-		b.StartTimer()
-		fn()
-		b.StopTimer()
-		d = append(d, time.Since(t0))
-	}
-	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-	b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "median-ms")
-}
-
 // poolFilled waits, untimed, until m's pool holds a ready session.
 func poolFilled(b *testing.B, m *session.Manager) func() {
 	return func() {
@@ -119,15 +99,16 @@ func BenchmarkCreate(b *testing.B) {
 				}
 				ctx := context.Background()
 				var last *session.Session
-				median(b, func() {
+				testenv.Median(b, func() error {
 					s, err := m.Create(ctx, session.CreateOptions{Backend: name, Image: testimage.Name})
 					if err != nil {
-						b.Fatal(err)
-					}
-					if pooled != s.Info().Pooled {
-						b.Fatalf("session pooled=%v, want %v", s.Info().Pooled, pooled)
+						return err
 					}
 					last = s
+					if pooled != s.Info().Pooled {
+						return fmt.Errorf("session pooled=%v, want %v", s.Info().Pooled, pooled)
+					}
+					return nil
 				}, func() {
 					if last != nil {
 						if err := m.Destroy(ctx, last.Owner(), last.ID()); err != nil {
@@ -157,11 +138,12 @@ func BenchmarkExec(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer m.Destroy(ctx, s.Owner(), s.ID())
-			median(b, func() {
+			testenv.Median(b, func() error {
 				res, err := s.Exec(ctx, sandbox.ProcessSpec{Cmd: []string{"true"}})
 				if err != nil || res.ExitCode != 0 {
-					b.Fatalf("true: %+v %v", res, err)
+					return fmt.Errorf("true: %+v %v", res, err)
 				}
+				return nil
 			}, nil)
 		})
 	}

@@ -3,7 +3,6 @@ package native_test
 import (
 	"context"
 	"os/exec"
-	"sort"
 	"testing"
 	"time"
 
@@ -26,25 +25,6 @@ import (
 var bwrapArgs = []string{"--unshare-all", "--die-with-parent", "--ro-bind", "/usr", "/usr",
 	"--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
 	"--symlink", "usr/sbin", "/sbin", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}
-
-// timed runs fn b.N times and reports the median duration. settle, when
-// set, runs between the timed calls.
-func timed(b *testing.B, fn func() error, settle ...func()) {
-	b.Helper()
-	d := make([]time.Duration, 0, b.N)
-	for b.Loop() {
-		for _, s := range settle {
-			s()
-		}
-		t0 := time.Now()
-		if err := fn(); err != nil {
-			b.Fatal(err)
-		}
-		d = append(d, time.Since(t0))
-	}
-	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-	b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "median-ms")
-}
 
 func sandboxRun(b *testing.B, be *native.Backend, cmd ...string) func() error {
 	p, err := sandbox.Policy{}.Normalize()
@@ -91,29 +71,29 @@ func benchRoot(b *testing.B) {
 func BenchmarkTrue(b *testing.B) {
 	benchRoot(b)
 	be := native.New(native.Options{})
-	b.Run("airlock-native", func(b *testing.B) { timed(b, sandboxRun(b, be, "/bin/true")) })
+	b.Run("airlock-native", func(b *testing.B) { testenv.Median(b, sandboxRun(b, be, "/bin/true"), nil) })
 	warm := native.New(native.Options{Prestart: 1})
 	defer warm.Close()
-	b.Run("airlock-native-prestart", func(b *testing.B) { timed(b, sandboxRun(b, warm, "/bin/true"), refilled(warm)) })
+	b.Run("airlock-native-prestart", func(b *testing.B) { testenv.Median(b, sandboxRun(b, warm, "/bin/true"), refilled(warm)) })
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		b.Logf("bwrap baseline skipped: bubblewrap is not installed (apt-get install bubblewrap)")
 		return
 	}
-	b.Run("bwrap", func(b *testing.B) { timed(b, hostRun("bwrap", append(bwrapArgs, "/bin/true")...)) })
-	b.Run("bare", func(b *testing.B) { timed(b, hostRun("/bin/true")) })
+	b.Run("bwrap", func(b *testing.B) { testenv.Median(b, hostRun("bwrap", append(bwrapArgs, "/bin/true")...), nil) })
+	b.Run("bare", func(b *testing.B) { testenv.Median(b, hostRun("/bin/true"), nil) })
 }
 
 // BenchmarkPython: the overhead over a bare `python3 -c pass`.
 func BenchmarkPython(b *testing.B) {
 	benchRoot(b)
 	be := native.New(native.Options{})
-	b.Run("airlock-native", func(b *testing.B) { timed(b, sandboxRun(b, be, "python3", "-c", "pass")) })
+	b.Run("airlock-native", func(b *testing.B) { testenv.Median(b, sandboxRun(b, be, "python3", "-c", "pass"), nil) })
 	warm := native.New(native.Options{Prestart: 1})
 	defer warm.Close()
 	b.Run("airlock-native-prestart", func(b *testing.B) {
-		timed(b, sandboxRun(b, warm, "python3", "-c", "pass"), refilled(warm))
+		testenv.Median(b, sandboxRun(b, warm, "python3", "-c", "pass"), refilled(warm))
 	})
 	// the sandbox runs Debian's python3; a version manager's shim on PATH
 	// would make the bare run slower than it is
-	b.Run("bare", func(b *testing.B) { timed(b, hostRun("/usr/bin/python3", "-c", "pass")) })
+	b.Run("bare", func(b *testing.B) { testenv.Median(b, hostRun("/usr/bin/python3", "-c", "pass"), nil) })
 }
