@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"strconv"
 
 	"github.com/airlock-sandbox/airlock/backend/microvm/internal/wire"
 	"github.com/airlock-sandbox/airlock/sandbox"
@@ -23,10 +24,12 @@ import (
 // body it does not read (a file over the filter's cap), and the host then
 // stops the file's stream instead of moving the whole file out of the
 // machine. Folders, regular files, symbolic links, FIFOs and devices
-// appear as such; a regular file with more than one link appears as a
-// hard link (to its own name: its other names may lie outside the
-// folder); a socket, which tar cannot carry, is left out, and so never
-// leaves.
+// appear as such; a regular file with more than one link, and a socket,
+// which tar has no type for, are told by the PAX records of
+// sandbox.PAXLinks and sandbox.PAXType, as the host backends' streams
+// tell them, so that the filter refuses them by name. A hard link's
+// header carries no bytes (size 0): the filter refuses it unread, and
+// the guest opens no file of more than one link.
 func (i *instance) ArchiveOutput(ctx context.Context) (io.ReadCloser, error) {
 	f := &files{i}
 	_, st, err := f.op(ctx, wire.FileOp{Op: wire.FileWalk}, true)
@@ -154,9 +157,9 @@ func (a *archive) next() error {
 	case e.Mode&fs.ModeDevice != 0:
 		h.Typeflag = tar.TypeBlock
 	case e.Mode&fs.ModeSocket != 0:
-		return nil // tar has no socket: left out
+		h.Typeflag, h.PAXRecords = tar.TypeFifo, map[string]string{sandbox.PAXType: "socket"}
 	case e.Links > 1:
-		h.Typeflag, h.Linkname = tar.TypeLink, name
+		h.Typeflag, h.PAXRecords = tar.TypeReg, map[string]string{sandbox.PAXLinks: strconv.FormatUint(e.Links, 10)}
 	default:
 		r, st, err := a.f.op(a.ctx, wire.FileOp{Op: wire.FileOpenOutput, RawPath: e.Path}, true)
 		if err != nil {

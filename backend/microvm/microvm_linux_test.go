@@ -137,7 +137,6 @@ var suiteSkips = map[string]string{
 	"memfd_create MFD_NOEXEC_SEAL works":                       "MFD_NOEXEC_SEAL came with Linux 6.3; the 6.1 guest kernel answers EINVAL",
 	"landlock: mknod a whiteout (char 0:0) in /tmp": "the 6.1 guest kernel lets the sandbox make a whiteout (char 0:0) in /tmp, which Landlock " +
 		"refuses on the host's 6.18 (why was not traced); a whiteout opens no device, and real device nodes are refused (check \"mknod char device\")",
-	"artifact socket": "a tar stream has no entry type for a socket: the archive leaves it out, so it never leaves the machine, and gets no verdict",
 	"landlock: signal a process of another command":          noScoping,
 	"landlock: connect to another command's abstract socket": noScoping,
 }
