@@ -23,8 +23,9 @@ import (
 
 // guestModules are the modules the guest loads, besides what they need:
 // the virtio-mmio transport, the disk, the serial port, the image's file
-// system, and vsock for hosts with vhost-vsock.
-var guestModules = []string{"virtio_mmio", "virtio_blk", "virtio_console", "erofs", "vmw_vsock_virtio_transport"}
+// system, vsock for hosts with vhost-vsock, and the balloon, whose free
+// page reporting gives the host back the memory the guest frees.
+var guestModules = []string{"virtio_mmio", "virtio_blk", "virtio_console", "erofs", "vmw_vsock_virtio_transport", "virtio_balloon"}
 
 // cpioWriter writes an archive in the "newc" format the kernel unpacks.
 type cpioWriter struct {

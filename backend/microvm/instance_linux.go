@@ -74,9 +74,11 @@ func (i *instance) boot(ctx context.Context, ms machineSpec, h *hostInfo) error 
 	defer cancel()
 	var cg *native.HostCgroup
 	if h.cgroupErr == nil {
-		var err error
-		cg, err = i.b.cgroups.NewHostCgroup(native.HostLimits{
-			MemoryBytes: int64(ms.memMiB)<<20 + qemuOverhead, CPUs: float64(ms.cpus) + 0.25, Pids: 64 + 2*ms.cpus})
+		mem, err := qemuMemory(ms.memMiB, ms.assets)
+		if err != nil {
+			return err
+		}
+		cg, err = i.b.cgroups.NewHostCgroup(native.HostLimits{MemoryBytes: mem, CPUs: float64(ms.cpus) + 0.25, Pids: 64 + 2*ms.cpus})
 		if err != nil {
 			return err
 		}

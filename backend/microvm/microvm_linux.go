@@ -280,22 +280,40 @@ func staleMachines() []qemuProcess {
 // Close releases nothing: machines belong to their instances.
 func (b *Backend) Close() error { return nil }
 
-// guestOverheadMiB is the guest's memory beyond the policy's: the kernel,
-// the unpacked initramfs (this binary and the modules), the agent and the
-// native sandbox's init, with room for the page cache.
+// guestOverheadMiB is the guest's memory beyond the policy's and the
+// unpacked initramfs: the kernel and its page structures, the agent and
+// the native sandbox's init, with room for the page cache.
 const guestOverheadMiB = 160
 
-// qemuOverhead is QEMU's own memory beyond the guest's, in its cgroup: its
-// code and heap, and TCG's translation cache (tb-size 64 MiB).
+// qemuOverhead is QEMU's own memory beyond the guest's and its copies of
+// the boot files, in its cgroup: its code and heap, and TCG's translation
+// cache (tb-size 64 MiB).
 const qemuOverhead = 192 << 20
 
-// sizing returns the machine's memory in MiB and its vCPUs for a policy:
-// the memory cap and the inputs (the guest keeps both in its RAM, as
-// native keeps them in tmpfs), plus the guest's own overhead; the CPU
-// quota rounded up.
-func sizing(l sandbox.Limits) (int, int) {
-	mib := int((l.MemoryBytes+l.InputBytes+(1<<20)-1)>>20) + guestOverheadMiB
+// sizing returns the machine's memory in MiB and its vCPUs for a policy
+// and an initramfs of boot bytes: the memory cap and the inputs (the guest
+// keeps both in its RAM, as native keeps them in tmpfs), the initramfs
+// (unpacked into the guest's tmpfs: this binary, which is tens of MiB in
+// a release build) and the guest's own overhead; the CPU quota rounded
+// up.
+func sizing(l sandbox.Limits, boot int64) (int, int) {
+	mib := int((l.MemoryBytes+l.InputBytes+boot+(1<<20)-1)>>20) + guestOverheadMiB
 	return mib, max(1, int(math.Ceil(l.CPUs)))
+}
+
+// qemuMemory is the cap of QEMU's cgroup for a machine of memMiB: the
+// guest's memory, QEMU's own, and the kernel and initramfs, which QEMU
+// keeps a copy of for as long as the machine runs.
+func qemuMemory(memMiB int, a assets) (int64, error) {
+	n := int64(memMiB)<<20 + qemuOverhead
+	for _, f := range []string{a.kernel.Image(), a.initramfs} {
+		st, err := os.Stat(f)
+		if err != nil {
+			return 0, err
+		}
+		n += st.Size()
+	}
+	return n, nil
 }
 
 // Create boots a machine for the sandbox and makes the sandbox inside.
@@ -325,7 +343,11 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 		return nil, err
 	}
 	touch(a.initramfs)
-	mib, cpus := sizing(pol.Limits)
+	st, err := os.Stat(a.initramfs)
+	if err != nil {
+		return nil, err
+	}
+	mib, cpus := sizing(pol.Limits, st.Size())
 	ms := machineSpec{qemu: h.qemu, accel: h.accel, transport: h.transport, assets: a, memMiB: mib, cpus: cpus, tscKHz: h.tscKHz,
 		name: namePrefix + hostdir.Owner() + "-" + id}
 	inst := &instance{id: id, b: b, policy: pol, imageEnv: spec.Image.Env, weakened: weak,

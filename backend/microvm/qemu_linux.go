@@ -40,9 +40,10 @@ type machineSpec struct {
 
 // qemuArgs is QEMU's command line for spec: a microvm machine without
 // legacy devices, default devices or a network device; the kernel and
-// initramfs given directly; the image's disk read-only; the channel on
-// descriptor 3 (virtio-serial) or a vhost-vsock device with guest cid;
-// the console on descriptor 4; QEMU's seccomp sandbox on.
+// initramfs given directly; a balloon that reports free pages; the
+// image's disk read-only; the channel on descriptor 3 (virtio-serial) or
+// a vhost-vsock device with guest cid; the console on descriptor 4;
+// QEMU's seccomp sandbox on.
 func qemuArgs(spec machineSpec, cid uint32) []string {
 	// No legacy timer, interrupt controller or clock: under KVM the
 	// guest takes the time from kvmclock; under TCG its rdtsc reads the
@@ -76,6 +77,10 @@ func qemuArgs(spec machineSpec, cid uint32) []string {
 		"-append", strings.Join(cmdline, " "),
 		"-chardev", "socket,id=con,fd=4", "-serial", "chardev:con",
 	)
+	// free page reporting: the guest tells QEMU of the free memory it
+	// holds in blocks of 2 MiB, and QEMU gives those back to the host;
+	// the balloon is never inflated.
+	args = append(args, "-device", "virtio-balloon-device,free-page-reporting=on")
 	if spec.assets.rootfs != "" {
 		args = append(args, "-drive", "id=root,file="+spec.assets.rootfs+",format=raw,if=none,readonly=on,snapshot=off",
 			"-device", "virtio-blk-device,drive=root")
