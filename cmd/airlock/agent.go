@@ -68,7 +68,7 @@ func parseAgent(env *cliEnv, args []string) (*agentOptions, error) {
 		def = "native"
 	}
 	l := &o.policy.Limits
-	fs.StringVar(&o.backend, "backend", def, "backend: native, docker or gvisor (env AIRLOCK_BACKEND)")
+	fs.StringVar(&o.backend, "backend", def, backendUsage)
 	fs.StringVar(&o.image, "image", "python", `image: a built image name, "host", or a rootfs folder`)
 	fs.Var(&o.inputs, "input", "`PATH[:NAME]` of a host file to put read-only at /workspace/input/NAME (repeatable)")
 	fs.StringVar(&o.output, "output", "", "host `DIR` that receives the accepted artifacts at the end")

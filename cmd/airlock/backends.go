@@ -22,6 +22,9 @@ import (
 // backendNames lists the backends this binary can run, in doctor's order.
 var backendNames = []string{"native", "docker", "gvisor", "microvm", "kubernetes"}
 
+// backendUsage is the help of a --backend flag.
+var backendUsage = "backend: " + strings.Join(backendNames, ", ") + " (env AIRLOCK_BACKEND)"
+
 // backendOptions are the settings of a backend that the command line
 // gives; they apply to the backends that know them.
 type backendOptions struct {

@@ -57,7 +57,7 @@ func parseRun(env *cliEnv, args []string) (*runOptions, error) {
 		def = "native"
 	}
 	l := &o.policy.Limits
-	fs.StringVar(&o.backend, "backend", def, "backend: native, docker or gvisor (env AIRLOCK_BACKEND)")
+	fs.StringVar(&o.backend, "backend", def, backendUsage)
 	fs.StringVar(&o.runtime, "runtime", "", "with --backend docker: runc or runsc (env AIRLOCK_DOCKER_RUNTIME; default runc)")
 	fs.StringVar(&o.image, "image", "host", `image: "host", a built image name, or a rootfs folder`)
 	fs.Var(&o.inputs, "input", "`PATH[:NAME]` of a host file to put read-only at /workspace/input/NAME (repeatable)")
