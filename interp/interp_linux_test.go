@@ -65,9 +65,12 @@ func microvmBackend(t testing.TB) *microvm.Backend {
 			}
 			kernels = filepath.Join(cache, "kernels")
 		}
-		// the image's folder is STORE/NAME/rootfs
+		// the image's folder is STORE/NAME/rootfs; the boot files are
+		// cached beside the store's own, not in them: CI runs these tests
+		// beside the microvm package's, whose cache check would see
+		// this binary's initramfs appear
 		store := filepath.Dir(filepath.Dir(img.RootFS))
-		microvmBe = microvm.New(microvm.Options{KernelDir: kernels, CacheDir: filepath.Join(store, ".microvm"), Accel: accel})
+		microvmBe = microvm.New(microvm.Options{KernelDir: kernels, CacheDir: filepath.Join(store, ".microvm-interp"), Accel: accel})
 	})
 	testenv.Require(t, "the microvm backend", microvmBe.Probe(context.Background()))
 	return microvmBe
