@@ -74,11 +74,8 @@ func (i *instance) boot(ctx context.Context, ms machineSpec, h *hostInfo) error 
 	defer cancel()
 	var cg *native.HostCgroup
 	if h.cgroupErr == nil {
-		mem, err := qemuMemory(ms.memMiB, ms.assets)
-		if err != nil {
-			return err
-		}
-		cg, err = i.b.cgroups.NewHostCgroup(native.HostLimits{MemoryBytes: mem, CPUs: float64(ms.cpus) + 0.25, Pids: 64 + 2*ms.cpus})
+		var err error
+		cg, err = i.b.cgroups.NewHostCgroup(native.HostLimits{MemoryBytes: ms.qemuMemory, CPUs: float64(ms.cpus) + 0.25, Pids: 64 + 2*ms.cpus})
 		if err != nil {
 			return err
 		}

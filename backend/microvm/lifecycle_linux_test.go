@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -177,11 +176,8 @@ func TestWedgedGuestIsKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range leftovers() {
-		if f := strings.Fields(l); len(f) > 2 && f[0] == "qemu" {
-			pid, _ := strconv.Atoi(f[2])
-			_ = syscall.Kill(pid, syscall.SIGSTOP)
-		}
+	for _, pid := range qemuPIDs(t) {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -5,7 +5,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,17 +25,15 @@ func TestFreedMemoryGoesBack(t *testing.T) {
 
 	// 300 MiB written (not merely mapped), held a few seconds, freed at exit
 	const fill = 300
+	// peak is the watcher's alone until watched is closed
 	var peak float64
-	var mu sync.Mutex
 	stop := make(chan struct{})
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
 		for {
 			if r, err := readRSS(pid); err == nil {
-				mu.Lock()
 				peak = max(peak, r)
-				mu.Unlock()
 			}
 			select {
 			case <-stop:
@@ -74,6 +71,16 @@ func TestFreedMemoryGoesBack(t *testing.T) {
 // qemuPID is the pid of this process's one QEMU machine.
 func qemuPID(t *testing.T) int {
 	t.Helper()
+	pids := qemuPIDs(t)
+	if len(pids) != 1 {
+		t.Fatalf("QEMU machines of this process: %v, want one", pids)
+	}
+	return pids[0]
+}
+
+// qemuPIDs lists the pids of this process's QEMU machines.
+func qemuPIDs(t *testing.T) []int {
+	t.Helper()
 	var pids []int
 	for _, l := range leftovers() {
 		if f := strings.Fields(l); len(f) > 2 && f[0] == "qemu" {
@@ -84,10 +91,7 @@ func qemuPID(t *testing.T) int {
 			pids = append(pids, pid)
 		}
 	}
-	if len(pids) != 1 {
-		t.Fatalf("QEMU machines of this process: %v, want one", pids)
-	}
-	return pids[0]
+	return pids
 }
 
 // rssMiB is pid's resident set in MiB, or a failure.

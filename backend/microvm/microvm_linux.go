@@ -290,30 +290,25 @@ const guestOverheadMiB = 160
 // cache (tb-size 64 MiB).
 const qemuOverhead = 192 << 20
 
-// sizing returns the machine's memory in MiB and its vCPUs for a policy
-// and an initramfs of boot bytes: the memory cap and the inputs (the guest
-// keeps both in its RAM, as native keeps them in tmpfs), the initramfs
-// (unpacked into the guest's tmpfs: this binary, which is tens of MiB in
-// a release build) and the guest's own overhead; the CPU quota rounded
-// up.
-func sizing(l sandbox.Limits, boot int64) (int, int) {
-	mib := int((l.MemoryBytes+l.InputBytes+boot+(1<<20)-1)>>20) + guestOverheadMiB
-	return mib, max(1, int(math.Ceil(l.CPUs)))
-}
-
-// qemuMemory is the cap of QEMU's cgroup for a machine of memMiB: the
-// guest's memory, QEMU's own, and the kernel and initramfs, which QEMU
-// keeps a copy of for as long as the machine runs.
-func qemuMemory(memMiB int, a assets) (int64, error) {
-	n := int64(memMiB)<<20 + qemuOverhead
-	for _, f := range []string{a.kernel.Image(), a.initramfs} {
+// sizing returns a machine's memory in MiB, its vCPUs and the cap of
+// QEMU's cgroup for a policy and the boot files a. The guest keeps the
+// policy's memory and inputs in its RAM (as native keeps them in tmpfs),
+// unpacks the initramfs into its tmpfs (this binary, tens of MiB in a
+// release build), and needs its own overhead; QEMU holds the guest's
+// memory, its own, and a copy of the kernel and initramfs for as long as
+// the machine runs. The CPU quota is rounded up.
+func sizing(l sandbox.Limits, a assets) (memMiB, cpus int, qemuMemory int64, err error) {
+	var boot [2]int64
+	for k, f := range []string{a.kernel.Image(), a.initramfs} {
 		st, err := os.Stat(f)
 		if err != nil {
-			return 0, err
+			return 0, 0, 0, err
 		}
-		n += st.Size()
+		boot[k] = st.Size()
 	}
-	return n, nil
+	memMiB = int((l.MemoryBytes+l.InputBytes+boot[1]+(1<<20)-1)>>20) + guestOverheadMiB
+	qemuMemory = int64(memMiB)<<20 + qemuOverhead + boot[0] + boot[1]
+	return memMiB, max(1, int(math.Ceil(l.CPUs))), qemuMemory, nil
 }
 
 // Create boots a machine for the sandbox and makes the sandbox inside.
@@ -343,13 +338,12 @@ func (b *Backend) Create(ctx context.Context, spec sandbox.Spec) (sandbox.Instan
 		return nil, err
 	}
 	touch(a.initramfs)
-	st, err := os.Stat(a.initramfs)
+	mib, cpus, qemuMem, err := sizing(pol.Limits, a)
 	if err != nil {
 		return nil, err
 	}
-	mib, cpus := sizing(pol.Limits, st.Size())
-	ms := machineSpec{qemu: h.qemu, accel: h.accel, transport: h.transport, assets: a, memMiB: mib, cpus: cpus, tscKHz: h.tscKHz,
-		name: namePrefix + hostdir.Owner() + "-" + id}
+	ms := machineSpec{qemu: h.qemu, accel: h.accel, transport: h.transport, assets: a, memMiB: mib, cpus: cpus, qemuMemory: qemuMem,
+		tscKHz: h.tscKHz, name: namePrefix + hostdir.Owner() + "-" + id}
 	inst := &instance{id: id, b: b, policy: pol, imageEnv: spec.Image.Env, weakened: weak,
 		details: map[string]string{"accel": h.accel, "transport": transportName(h.transport), "guest_kernel": h.kernel.Release,
 			"vcpus": fmt.Sprint(cpus), "memory_mib": fmt.Sprint(mib)},

@@ -34,6 +34,7 @@ type machineSpec struct {
 	qemu, accel, transport string
 	assets                 assets
 	memMiB, cpus           int
+	qemuMemory             int64  // the cap of QEMU's cgroup, where it has one
 	tscKHz                 uint64 // the host's TSC rate, for a TCG guest; 0 lets it calibrate
 	name                   string // airlock-OWNER-ID: stale cleanup finds it by that
 }
