@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // TreeSum is the outcome of a canonical walk of a root file system.
@@ -35,10 +37,54 @@ type TreeSum struct {
 // is the hex SHA-256 of a regular file's bytes; TARGET is a symlink's
 // target. Empty fields stay empty. Times are left out, so two builds of the
 // same packages and files give the same digest.
+//
+// The files' contents are read by sumReaders goroutines at once, each
+// inode once: a root whose files are not in the page cache is bound by the
+// disk's latency, not its throughput (a python image's 34,000 files took
+// 33 s read one at a time here, uncached).
 func Sum(ctx context.Context, root string) (TreeSum, error) {
+	entries, err := walkTree(ctx, root)
+	if err != nil {
+		return TreeSum{}, fmt.Errorf("digest %s: %w", root, err)
+	}
+	if err := hashContents(ctx, entries); err != nil {
+		return TreeSum{}, fmt.Errorf("digest %s: %w", root, err)
+	}
 	var sum TreeSum
 	h := sha256.New()
-	seen := map[[2]uint64]bool{}
+	for _, e := range entries {
+		writeRecord(h, e)
+		sum.Files++
+		if e.same == nil {
+			sum.SizeBytes += e.size
+		}
+	}
+	sum.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
+	return sum, nil
+}
+
+// sumReaders is how many files Sum reads at once.
+const sumReaders = 8
+
+// treeEntry is one entry of a walk and what its record needs.
+type treeEntry struct {
+	hostPath, imagePath string
+	fi                  fs.FileInfo
+	// size is a file's byte count or a link's target length.
+	size int64
+	// content is a regular file's hex SHA-256; target a link's target.
+	content, target string
+	// same is the entry of the walk's first name of this inode, for an
+	// entry seen before under another name (its size is counted once);
+	// nil otherwise.
+	same *treeEntry
+}
+
+// walkTree lists root's entries in lexical order, with link targets and
+// sizes; contents are left to hashContents.
+func walkTree(ctx context.Context, root string) ([]*treeEntry, error) {
+	var entries []*treeEntry
+	first := map[[2]uint64]*treeEntry{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -50,50 +96,64 @@ func Sum(ctx context.Context, root string) (TreeSum, error) {
 		if err != nil {
 			return err
 		}
-		size, err := writeRecord(h, p, imagePath(root, p), fi)
-		if err != nil {
-			return err
+		e := &treeEntry{hostPath: p, imagePath: imagePath(root, p), fi: fi}
+		switch fi.Mode().Type() {
+		case 0:
+			e.size = fi.Size()
+		case fs.ModeSymlink:
+			if e.target, err = os.Readlink(p); err != nil {
+				return err
+			}
+			e.size = int64(len(e.target))
 		}
-		sum.Files++
 		if st := fi.Sys().(*syscall.Stat_t); st.Nlink > 1 && !fi.IsDir() {
 			key := [2]uint64{st.Dev, st.Ino}
-			if seen[key] {
-				return nil
+			if f := first[key]; f != nil {
+				e.same = f
+			} else {
+				first[key] = e
 			}
-			seen[key] = true
 		}
-		sum.SizeBytes += size
+		entries = append(entries, e)
 		return nil
 	})
-	if err != nil {
-		return TreeSum{}, fmt.Errorf("digest %s: %w", root, err)
-	}
-	sum.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
-	return sum, nil
+	return entries, err
 }
 
-// writeRecord writes the record of one entry and returns its size.
-func writeRecord(h hash.Hash, hostPath, imagePath string, fi fs.FileInfo) (int64, error) {
-	var size int64
-	var content, target string
-	switch fi.Mode().Type() {
-	case 0:
-		sha, err := fileSHA256(hostPath)
-		if err != nil {
-			return 0, err
+// hashContents fills in the content of every regular file, reading each
+// inode once, sumReaders at a time.
+func hashContents(ctx context.Context, entries []*treeEntry) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(sumReaders)
+	for _, e := range entries {
+		if !e.fi.Mode().IsRegular() || e.same != nil {
+			continue
 		}
-		size, content = fi.Size(), sha
-	case fs.ModeSymlink:
-		t, err := os.Readlink(hostPath)
-		if err != nil {
-			return 0, err
-		}
-		size, target = int64(len(t)), t
+		g.Go(func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			sha, err := fileSHA256(e.hostPath)
+			e.content = sha
+			return err
+		})
 	}
-	st := fi.Sys().(*syscall.Stat_t)
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.same != nil {
+			e.content = e.same.content
+		}
+	}
+	return nil
+}
+
+// writeRecord writes the record of one entry.
+func writeRecord(h hash.Hash, e *treeEntry) {
+	st := e.fi.Sys().(*syscall.Stat_t)
 	fmt.Fprintf(h, "%s\x00%c\x00%04o\x00%d\x00%d\x00%d\x00%s\x00%s\n",
-		imagePath, typeLetter(fi.Mode()), st.Mode&0o7777, st.Uid, st.Gid, size, content, target)
-	return size, nil
+		e.imagePath, typeLetter(e.fi.Mode()), st.Mode&0o7777, st.Uid, st.Gid, e.size, e.content, e.target)
 }
 
 // imagePath turns a host path under root into the absolute path the
