@@ -158,7 +158,7 @@ const prepareTimeout = 10 * time.Minute
 // get CreateTimeout, time a prepared image.
 func (s *suite) testFirstSandboxes(t *testing.T) {
 	images := []sandbox.Image{s.Image}
-	if s.DataImage.Name != "" {
+	if s.DataImage.Name != "" && s.DataImage.Name != s.Image.Name {
 		images = append(images, s.DataImage)
 	}
 	for _, img := range images {
