@@ -1,14 +1,19 @@
 package image
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/airlock-sandbox/airlock/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // makeTree builds a small root file system: a folder, a file, a link and
@@ -99,4 +104,57 @@ func sumOf(t *testing.T, root string) string {
 		t.Fatal(err)
 	}
 	return s.Digest
+}
+
+// TestSumDoesNotDependOnReaders: a tree of many files, some hard-linked,
+// gives one digest, size and count whether its files are read one or many
+// at a time.
+func TestSumDoesNotDependOnReaders(t *testing.T) {
+	root := makeTree(t)
+	for i := range 300 {
+		dir := filepath.Join(root, "d"+strconv.Itoa(i%7))
+		must(t, os.MkdirAll(dir, 0o755))
+		name := filepath.Join(dir, "f"+strconv.Itoa(i))
+		must(t, os.WriteFile(name, bytes.Repeat([]byte{byte(i)}, i*37), 0o644))
+		if i%10 == 0 {
+			must(t, os.Link(name, filepath.Join(dir, "h"+strconv.Itoa(i))))
+		}
+	}
+	one, err := sum(context.Background(), root, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, readers := range []int{2, sumReaders, 64} {
+		got, err := sum(context.Background(), root, readers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != one {
+			t.Errorf("%d readers: %+v, one reader: %+v", readers, got, one)
+		}
+	}
+}
+
+// BenchmarkSumUncached hashes the python image's root, in AIRLOCK_HOME's
+// store, with the page cache dropped before each run: one file read at a
+// time (the baseline) and sumReaders at a time.
+func BenchmarkSumUncached(b *testing.B) {
+	root := filepath.Join(os.Getenv("AIRLOCK_HOME"), "images", "python", "rootfs")
+	if _, err := os.Stat(root); err != nil {
+		b.Skipf("no python image (set AIRLOCK_HOME to the folder 'bash .ci/lib/image.sh' prints): %v", err)
+	}
+	dropCache := func() {
+		unix.Sync()
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+			b.Skipf("cannot drop the page cache (needs root): %v", err)
+		}
+	}
+	for _, readers := range []int{1, sumReaders} {
+		b.Run("readers-"+strconv.Itoa(readers), func(b *testing.B) {
+			testenv.Median(b, func() error {
+				_, err := sum(context.Background(), root, readers)
+				return err
+			}, dropCache)
+		})
+	}
 }
