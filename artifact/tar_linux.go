@@ -15,6 +15,9 @@ import (
 // tarTypeReason is, as typeReason for a folder's entries, why an entry
 // of a stream cannot pass: all but folders and regular files of one link.
 func tarTypeReason(h *tar.Header) string {
+	if sparse(h) {
+		return "sparse file: its holes are zeros the archive does not carry"
+	}
 	switch h.Typeflag {
 	case tar.TypeDir:
 		return ""
@@ -38,10 +41,27 @@ func tarTypeReason(h *tar.Header) string {
 	return fmt.Sprintf("entry of tar type %q: only folders and regular files leave", h.Typeflag)
 }
 
+// sparse tells whether the entry's bytes come as a sparse map (GNU's 'S'
+// type, or GNU.sparse records in PAX), whose holes the tar reader fills
+// with zeros: a few hundred bytes of stream could stand for a file the
+// size of the cap, to be read and written on the host. No backend writes
+// one: the folders an output archive comes from have none.
+func sparse(h *tar.Header) bool {
+	if h.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range h.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
+}
+
 // CollectTar gives every entry of a tar stream a verdict, with the rules
 // CollectTo applies to a folder: for a backend that hands out its
 // /workspace/output as an archive rather than a host folder. Only folders
-// and regular files can pass; links, devices, FIFOs and every other entry
+// and regular files can pass, never as sparse files; links, devices, FIFOs and every other entry
 // type are rejected, as are names that are absolute, unclean or climb
 // with "..", names given twice, and anything past the caps, which the
 // headers' sizes are checked against before a byte is read. A stream that

@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -147,6 +149,85 @@ func TestCollectTarCaps(t *testing.T) {
 	arts, err = CollectTar(context.Background(), strings.NewReader("not a tar stream at all, not even close................................................................................................................................................................................................................................................................................................................................................................................................................................................................................................................"), Destination{}, sandbox.ArtifactPolicy{})
 	if err != nil || len(arts) != 1 || arts[0].Verdict != sandbox.VerdictRejected || !strings.Contains(arts[0].Reason, "malformed") {
 		t.Errorf("garbage: %+v %v", arts, err)
+	}
+}
+
+// rawHeader is a ustar header block made by hand, for the entries Go's
+// tar writer will not write; edit, if set, fills in more fields before
+// the checksum.
+func rawHeader(name string, typ byte, size int64, edit func(h []byte)) []byte {
+	h := make([]byte, 512)
+	copy(h, name)
+	copy(h[100:], "0000644\x00")
+	copy(h[108:], "0000000\x00")
+	copy(h[116:], "0000000\x00")
+	copy(h[124:], fmt.Sprintf("%011o\x00", size))
+	copy(h[136:], "00000000000\x00")
+	h[156] = typ
+	copy(h[257:], "ustar  \x00")
+	if edit != nil {
+		edit(h)
+	}
+	copy(h[148:], "        ")
+	sum := 0
+	for _, b := range h {
+		sum += int(b)
+	}
+	copy(h[148:], fmt.Sprintf("%06o\x00 ", sum))
+	return h
+}
+
+// paxRecord is one "LEN KEY=VALUE\n" record, LEN counting itself.
+func paxRecord(k, v string) string {
+	n := len(k) + len(v) + 3
+	for {
+		r := fmt.Sprintf("%d %s=%s\n", n, k, v)
+		if len(r) == n {
+			return r
+		}
+		n = len(r)
+	}
+}
+
+// sparseStreams are tar streams of one file, big.csv, of realSize bytes
+// that are all a hole, so no data follows the headers: in GNU's form (type
+// 'S') and in PAX's (GNU.sparse records before a regular file).
+func sparseStreams(realSize int64) map[string][]byte {
+	end := make([]byte, 1024)
+	gnu := rawHeader("big.csv", tar.TypeGNUSparse, 0, func(h []byte) {
+		copy(h[386:], fmt.Sprintf("%011o\x00", realSize)) // one map entry: 0 bytes at the end
+		copy(h[398:], "00000000000\x00")
+		copy(h[483:], fmt.Sprintf("%011o\x00", realSize))
+	})
+	recs := paxRecord("GNU.sparse.numblocks", "1") + paxRecord("GNU.sparse.map", fmt.Sprintf("%d,0", realSize)) +
+		paxRecord("GNU.sparse.size", strconv.FormatInt(realSize, 10))
+	pax := rawHeader("PaxHeaders/big.csv", tar.TypeXHeader, int64(len(recs)), nil)
+	pax = append(pax, recs...)
+	pax = append(pax, make([]byte, 512-len(recs)%512)...)
+	pax = append(pax, rawHeader("big.csv", tar.TypeReg, 0, nil)...)
+	return map[string][]byte{"GNU": append(gnu, end...), "PAX": append(pax, end...)}
+}
+
+// TestCollectTarRefusesSparse: a sparse entry, which the tar reader turns
+// into 200 MiB of zeros out of 2 KiB of stream, is refused before a byte
+// of it is read, in either form.
+func TestCollectTarRefusesSparse(t *testing.T) {
+	for form, stream := range sparseStreams(200 << 20) {
+		tr := tar.NewReader(bytes.NewReader(stream))
+		if h, err := tr.Next(); err != nil || h.Size != 200<<20 {
+			t.Fatalf("%s: the hand-made sparse entry does not read as one: %+v %v", form, h, err)
+		}
+		dst := filepath.Join(t.TempDir(), "out")
+		arts, err := CollectTar(context.Background(), bytes.NewReader(stream), Destination{Dir: dst}, sandbox.ArtifactPolicy{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(arts) != 1 || arts[0].Verdict != sandbox.VerdictRejected || !strings.Contains(arts[0].Reason, "sparse") {
+			t.Errorf("%s sparse entry: %+v", form, arts)
+		}
+		if ents, _ := os.ReadDir(dst); len(ents) != 0 {
+			t.Errorf("%s: the sparse entry landed: %v", form, ents)
+		}
 	}
 }
 
