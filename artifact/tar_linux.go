@@ -61,11 +61,12 @@ func sparse(h *tar.Header) bool {
 // CollectTar gives every entry of a tar stream a verdict, with the rules
 // CollectTo applies to a folder: for a backend that hands out its
 // /workspace/output as an archive rather than a host folder. Only folders
-// and regular files can pass, never as sparse files; links, devices, FIFOs and every other entry
-// type are rejected, as are names that are absolute, unclean or climb
-// with "..", names given twice, and anything past the caps, which the
-// headers' sizes are checked against before a byte is read. A stream that
-// ends badly is reported as a rejected entry, and the walk stops there.
+// and regular files can pass, never sparse ones; links, devices, FIFOs
+// and every other entry type are rejected, as are names that are
+// absolute, unclean or climb with "..", names given twice, and anything
+// past the caps, which the headers' sizes are checked against before a
+// byte is read. A stream that ends badly is reported as a rejected
+// entry, and the walk stops there.
 func CollectTar(ctx context.Context, src io.Reader, dst Destination, p sandbox.ArtifactPolicy) ([]sandbox.Artifact, error) {
 	w, err := newWalker(dst, p)
 	if err != nil {

@@ -161,8 +161,8 @@ func (s *suite) testFirstSandboxes(t *testing.T) {
 	if s.DataImage.Name != "" && s.DataImage.Name != s.Image.Name {
 		images = append(images, s.DataImage)
 	}
+	s.checkLeftoversAtEnd(t)
 	for _, img := range images {
-		s.checkLeftoversAtEnd(t)
 		start := time.Now()
 		inst := CreateWithin(t, max(prepareTimeout, s.createTimeout()), s.Backend, img, Policy(t, nil))
 		t.Logf("image %s: first sandbox created in %s, the image's preparation included", img.Name, time.Since(start).Round(time.Millisecond))
