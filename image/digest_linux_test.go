@@ -140,13 +140,13 @@ func TestSumDoesNotDependOnReaders(t *testing.T) {
 // time (the baseline) and sumReaders at a time.
 func BenchmarkSumUncached(b *testing.B) {
 	root := filepath.Join(os.Getenv("AIRLOCK_HOME"), "images", "python", "rootfs")
-	if _, err := os.Stat(root); err != nil {
-		b.Skipf("no python image (set AIRLOCK_HOME to the folder 'bash .ci/lib/image.sh' prints): %v", err)
-	}
+	_, err := os.Stat(root)
+	testenv.Require(b, "the python image (set AIRLOCK_HOME to the folder 'bash .ci/lib/image.sh' prints)", err)
+	testenv.Require(b, "root, to drop the page cache", testenv.Root())
 	dropCache := func() {
 		unix.Sync()
 		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
-			b.Skipf("cannot drop the page cache (needs root): %v", err)
+			b.Fatalf("dropping the page cache: %v", err)
 		}
 	}
 	for _, readers := range []int{1, sumReaders} {
