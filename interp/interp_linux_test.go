@@ -46,24 +46,17 @@ var (
 
 // microvmBackend is the microvm backend (under TCG unless
 // AIRLOCK_MICROVM_ACCEL says otherwise) with the python image's store's
-// cache and the CI's guest kernels: AIRLOCK_INTERP_BACKEND=microvm runs
+// cache and the CI's guest kernels (fetched if there are none): AIRLOCK_INTERP_BACKEND=microvm runs
 // these tests in machines.
 func microvmBackend(t testing.TB) *microvm.Backend {
 	t.Helper()
 	testenv.Require(t, "root", testenv.Root())
 	img := pythonImage(t)
+	kernels := testimage.Kernels(t)
 	microvmOnce.Do(func() {
 		accel := os.Getenv("AIRLOCK_MICROVM_ACCEL")
 		if accel == "" {
 			accel = microvm.AccelTCG
-		}
-		kernels := os.Getenv("AIRLOCK_MICROVM_KERNELS")
-		if kernels == "" {
-			cache := os.Getenv("AIRLOCK_CI_CACHE")
-			if cache == "" {
-				cache = "/var/cache/airlock-ci"
-			}
-			kernels = filepath.Join(cache, "kernels")
 		}
 		// the image's folder is STORE/NAME/rootfs; the boot files are
 		// cached beside the store's own, not in them: CI runs these tests

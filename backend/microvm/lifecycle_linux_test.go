@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-sandbox/airlock/backend/backendtest"
 	"github.com/airlock-sandbox/airlock/backend/microvm"
+	"github.com/airlock-sandbox/airlock/internal/testimage"
 	"github.com/airlock-sandbox/airlock/sandbox"
 )
 
@@ -109,7 +110,7 @@ func TestSupervisorKilled(t *testing.T) {
 	be, img := newBackend(t)
 	exe, _ := os.Executable()
 	cmd := exec.Command(exe, "-test.run", "^$")
-	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CHILD=hold", "AIRLOCK_TEST_KERNELS="+kernels(t), "AIRLOCK_TEST_CACHE="+cacheDir(t),
+	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_CHILD=hold", "AIRLOCK_TEST_KERNELS="+testimage.Kernels(t), "AIRLOCK_TEST_CACHE="+cacheDir(t),
 		"AIRLOCK_TEST_ROOTFS="+img.RootFS, "AIRLOCK_TEST_DIGEST="+img.Digest, "AIRLOCK_TEST_ACCEL="+accel())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -169,7 +170,7 @@ func hasQEMU(left []string) bool {
 // and the sandbox reports that it died.
 func TestWedgedGuestIsKilled(t *testing.T) {
 	_, img := newBackend(t)
-	be := microvm.New(microvm.Options{KernelDir: kernels(t), CacheDir: cacheDir(t), Accel: accel(), WedgeGrace: 3 * time.Second})
+	be := microvm.New(microvm.Options{KernelDir: testimage.Kernels(t), CacheDir: cacheDir(t), Accel: accel(), WedgeGrace: 3 * time.Second})
 	inst := backendtest.CreateWithin(t, 5*time.Minute, be, img, backendtest.Policy(t, nil))
 	// the timeout leaves time to stop QEMU first on a loaded host
 	p, err := inst.Start(context.Background(), sandbox.ProcessSpec{Cmd: []string{"sleep", "600"}, Timeout: sandbox.Duration(20 * time.Second)})

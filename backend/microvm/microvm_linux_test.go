@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,32 +28,6 @@ func TestMain(m *testing.M) {
 // machines.
 func leftovers() []string { return microvm.Leftovers(os.Getpid()) }
 
-var (
-	kernelOnce sync.Once
-	kernelDir  string
-	kernelErr  error
-)
-
-// kernels returns a folder of guest kernels: $AIRLOCK_MICROVM_KERNELS, or
-// the CI cache's, fetched there once if it has none.
-func kernels(t *testing.T) string {
-	t.Helper()
-	kernelOnce.Do(func() {
-		kernelDir = os.Getenv("AIRLOCK_MICROVM_KERNELS")
-		if kernelDir == "" {
-			kernelDir = filepath.Join(testimage.CacheDir(), "kernels")
-		}
-		if _, err := image.FindKernel(kernelDir); err == nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		_, kernelErr = image.FetchKernel(ctx, kernelDir, nil)
-	})
-	testenv.Require(t, "a guest kernel ("+image.KernelPackage+", fetched with apt-get download)", kernelErr)
-	return kernelDir
-}
-
 // newBackend returns a backend of the python image's store and the CI
 // kernel, forced to TCG unless AIRLOCK_MICROVM_ACCEL says otherwise.
 func newBackend(t *testing.T) (*microvm.Backend, sandbox.Image) {
@@ -65,7 +38,7 @@ func newBackend(t *testing.T) (*microvm.Backend, sandbox.Image) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	be := microvm.New(microvm.Options{KernelDir: kernels(t), CacheDir: filepath.Join(store.Dir(), ".microvm"), Accel: accel()})
+	be := microvm.New(microvm.Options{KernelDir: testimage.Kernels(t), CacheDir: filepath.Join(store.Dir(), ".microvm"), Accel: accel()})
 	testenv.Require(t, "the microvm backend", be.Probe(context.Background()))
 	return be, img
 }

@@ -1,16 +1,20 @@
 // Package testimage finds, for the tests that run images (the backends',
 // the agent's, the MCP server's), the built-in python image that
 // .ci/lib/image.sh builds: in $AIRLOCK_HOME's store, else in the newest
-// store of the CI cache.
+// store of the CI cache; and, for the tests that boot microvm machines, a
+// folder of guest kernels.
 package testimage
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/airlock-sandbox/airlock/image"
 	"github.com/airlock-sandbox/airlock/internal/testenv"
@@ -101,4 +105,33 @@ func Resolve() (sandbox.Image, error) {
 		return sandbox.Image{}, err
 	}
 	return image.Resolve(s, Name)
+}
+
+var (
+	kernelOnce sync.Once
+	kernelDir  string
+	kernelErr  error
+)
+
+// Kernels returns a folder of guest kernels for the microvm backend:
+// $AIRLOCK_MICROVM_KERNELS, or the CI cache's. If it has none, the
+// kernel is fetched into it, once per process (image.FetchKernel locks
+// the folder, so processes that fetch at once do not collide). It skips
+// t (fails it under CI) when there is no kernel to be had.
+func Kernels(t testing.TB) string {
+	t.Helper()
+	kernelOnce.Do(func() {
+		kernelDir = os.Getenv("AIRLOCK_MICROVM_KERNELS")
+		if kernelDir == "" {
+			kernelDir = filepath.Join(CacheDir(), "kernels")
+		}
+		if _, err := image.FindKernel(kernelDir); err == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		_, kernelErr = image.FetchKernel(ctx, kernelDir, nil)
+	})
+	testenv.Require(t, "a guest kernel ("+image.KernelPackage+", fetched with apt-get download)", kernelErr)
+	return kernelDir
 }
