@@ -2,6 +2,7 @@ package interp_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,6 +152,28 @@ func text(x interp.Execution) string {
 		return ""
 	}
 	return x.Results[len(x.Results)-1][interp.MIMEText]
+}
+
+// interruptAfter runs code and ends its context once the call's stdout
+// shows marker, so that the interrupt lands where the code has got to
+// however slow the machine is (a timeout lands wherever the code is
+// when it passes). It fails t unless the call ended by that interrupt.
+func interruptAfter(t testing.TB, c *interp.Context, code, marker string) interp.Execution {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var seen strings.Builder
+	x, err := c.Run(ctx, code, 0, func(ev interp.Event) {
+		if ev.Type == interp.EventStdout {
+			if seen.WriteString(ev.Text); strings.Contains(seen.String(), marker) {
+				cancel()
+			}
+		}
+	})
+	if !errors.Is(err, context.Canceled) || !x.Interrupted {
+		t.Fatalf("run %q, interrupted after %q: %v, interrupted %v: %s", code, marker, err, x.Interrupted, events(x))
+	}
+	return x
 }
 
 // ok fails t unless the call ended without an error.

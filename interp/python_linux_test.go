@@ -249,13 +249,36 @@ func TestSubprocesses(t *testing.T) {
 		t.Errorf("the next call: stdout %q, background alive %q", x.Stdout, text(x))
 	}
 	// an interrupted call's leftovers are killed, earlier ones are not
-	x = run(t, c, "p = subprocess.Popen(['sleep', '300'])\nimport time\ntime.sleep(60)", time.Second)
+	x = interruptAfter(t, c, "p = subprocess.Popen(['sleep', '300'])\nprint('started', flush=True)\nimport time\ntime.sleep(60)", "started")
 	if errorName(x) != "KeyboardInterrupt" || !strings.Contains(x.Stderr, "left 1 processes running") {
 		t.Errorf("interrupted: %s, stderr %q", events(x), x.Stderr)
 	}
 	x = ok(t, run(t, c, "p.wait(5), bg.poll()", 30*time.Second))
 	if text(x) != "(-9, None)" {
 		t.Errorf("after the interrupt, the call's child and the earlier one: %q, want (-9, None)", text(x))
+	}
+}
+
+// An interrupt that lands in library code ends the call within the grace
+// period on a slow machine too (IPython's context traceback of such frames
+// takes seconds under TCG): the kernel formats that traceback plainly, and
+// later ones in its own mode again.
+func TestInterruptInLibrary(t *testing.T) {
+	inst := newSandbox(t, pythonImage(t), nil)
+	c := start(t, inst, interp.Options{})
+	ok(t, run(t, c, "n = 1", 30*time.Second))
+	// the child prints once the runner waits in subprocess.run for it
+	x := interruptAfter(t, c, "import subprocess\nsubprocess.run(['sh', '-c', 'echo started; sleep 60'])", "started")
+	if errorName(x) != "KeyboardInterrupt" || x.Restarted {
+		t.Fatalf("interrupted in subprocess.run: %s", events(x))
+	}
+	tb := strings.Join(x.Error.Traceback, "\n")
+	if !strings.Contains(tb, "subprocess.py") || strings.Contains(tb, "---->") {
+		t.Errorf("the interrupted call's traceback, want subprocess.py's frames, plainly:\n%s", tb)
+	}
+	x = run(t, c, "n / 0", 30*time.Second)
+	if errorName(x) != "ZeroDivisionError" || !strings.Contains(strings.Join(x.Error.Traceback, "\n"), "----> 1 n / 0") {
+		t.Errorf("a later error, want IPython's context traceback: %s %+v", events(x), x.Error)
 	}
 }
 

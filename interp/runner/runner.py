@@ -916,6 +916,23 @@ class IPythonKernel:
                 S.emit({"type": "error", "name": getattr(etype, "__name__", str(etype)),
                         "value": safe_str(evalue), "traceback": [str(x) for x in stb]})
 
+            def showtraceback(self, *args, **kwargs):
+                # An interrupted call has the host's grace period to end.
+                # The context traceback imports stack_data and parses the
+                # module of every frame: 0.2 s on the first error in
+                # library code natively, seconds in a machine under TCG,
+                # enough to run past the grace and lose the context. The
+                # plain one reads one line per frame.
+                tb = self.InteractiveTB
+                if not S.interrupted or tb.mode not in ("Context", "Verbose"):
+                    return super().showtraceback(*args, **kwargs)
+                mode = tb.mode
+                tb.set_mode("Plain")
+                try:
+                    return super().showtraceback(*args, **kwargs)
+                finally:
+                    tb.set_mode(mode)
+
             def show_usage_error(self, exc):
                 S.emit({"type": "error", "name": "UsageError", "value": safe_str(exc), "traceback": []})
 
