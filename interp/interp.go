@@ -109,7 +109,11 @@ type Options struct {
 	// protocol violation. Zero means twice FrameLimit.
 	CallLimit int64
 	// Grace is how long an interrupted call has to end before the context
-	// is restarted. Zero means DefaultGrace.
+	// is restarted. Zero means DefaultGrace plus as long as the runner
+	// took to start (to its ready frame; the preload is not counted): a
+	// runner slow to start, on a loaded host or in a machine under TCG,
+	// is as slow to stop, and losing its state for that is worse than
+	// waiting.
 	Grace time.Duration
 	// StartTimeout bounds one start of the runner, preload included. Zero
 	// means DefaultStartTimeout.
@@ -158,9 +162,6 @@ func (o Options) normalize() (Options, error) {
 	}
 	if o.CallLimit < int64(o.FrameLimit) || o.CallLimit > 1<<30 {
 		return o, fmt.Errorf("call limit %d out of range (FrameLimit to 1GiB): %w", o.CallLimit, sandbox.ErrInvalid)
-	}
-	if o.Grace == 0 {
-		o.Grace = DefaultGrace
 	}
 	if o.StartTimeout == 0 {
 		o.StartTimeout = DefaultStartTimeout

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"image/png"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -193,6 +194,25 @@ func TestPythonIgnoresSIGINT(t *testing.T) {
 	}
 	if x := run(t, c, "kept", 30*time.Second); errorName(x) != "NameError" {
 		t.Errorf("the state survived a restart: %s", events(x))
+	}
+}
+
+// The default grace is DefaultGrace plus the runner's start: a slow
+// machine is given time to stop in proportion.
+func TestDefaultGraceCountsTheStart(t *testing.T) {
+	inst := hostSandbox(t)
+	t0 := time.Now()
+	c := start(t, inst, interp.Options{})
+	took := time.Since(t0)
+	x := run(t, c, "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(600)", time.Second)
+	m := regexp.MustCompile(`restarted\(the call ran past its timeout of 1s and did not stop within (\S+) of SIGINT`).FindStringSubmatch(events(x))
+	if !x.Restarted || m == nil {
+		t.Fatalf("a call that ignores SIGINT: %s", events(x))
+	}
+	grace, err := time.ParseDuration(m[1])
+	t.Logf("the start took %v, the grace was %s", took.Round(time.Millisecond), m[1])
+	if err != nil || grace <= interp.DefaultGrace || grace > interp.DefaultGrace+took {
+		t.Errorf("the grace was %s, want over %v and at most %v (the start took %v)", m[1], interp.DefaultGrace, interp.DefaultGrace+took, took)
 	}
 }
 

@@ -39,6 +39,7 @@ type generation struct {
 	frames chan frameResult // from follow
 	quit   chan struct{}    // closed by kill
 	runner string
+	grace  time.Duration // how long an interrupted call has to end
 
 	mu     sync.Mutex
 	trs    []*transport // relays alive
@@ -187,6 +188,7 @@ func (c *Context) startGeneration(ctx context.Context) (_ *generation, err error
 	if err != nil {
 		return nil, err
 	}
+	began := time.Now()
 	p, err := c.inst.Start(ctx, sandbox.ProcessSpec{
 		Cmd: []string{"python3", "-c", runnerPy, "airlock-interp", string(arg)},
 		Env: c.opts.Env, Dir: c.opts.Cwd, OpenStdin: true, KeepAlive: true, OutputLimit: runnerOutputLimit})
@@ -206,6 +208,9 @@ func (c *Context) startGeneration(ctx context.Context) (_ *generation, err error
 		return nil, fmt.Errorf("%w: the runner says it runs %.64q, want %s", ErrStart, f.Language, c.opts.Language)
 	}
 	g.runner = strings.ToValidUTF8(f.Runner, "?")
+	if g.grace = c.opts.Grace; g.grace == 0 {
+		g.grace = DefaultGrace + time.Since(began).Round(time.Millisecond)
+	}
 	if c.opts.Preload == "" {
 		return g, nil
 	}
@@ -316,7 +321,7 @@ func (c *Context) execute(ctx context.Context, g *generation, id uint64, code st
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = g.proc.Signal(sctx, syscall.SIGINT)
 		cancel()
-		gt := time.NewTimer(c.opts.Grace)
+		gt := time.NewTimer(g.grace)
 		graceC = gt.C
 	}
 	protocol := func(format string, a ...any) outcome {
@@ -377,7 +382,7 @@ func (c *Context) execute(ctx context.Context, g *generation, id uint64, code st
 			out.ctxErr = ctx.Err()
 			interrupt("the caller's context ended (" + ctx.Err().Error() + ")")
 		case <-graceC:
-			out.fail = &failure{ErrorTimeout, fmt.Sprintf("%s and did not stop within %v of SIGINT", out.interrupt, c.opts.Grace)}
+			out.fail = &failure{ErrorTimeout, fmt.Sprintf("%s and did not stop within %v of SIGINT", out.interrupt, g.grace)}
 			return out
 		}
 	}
