@@ -408,6 +408,14 @@ class Session:
         """The output thread: forwards what the pipes get as it comes,
         at most one chunk per stream every 2 ms, so that output printed a
         byte at a time does not become a flood of events."""
+        # The kernel may give a process's signal to any thread that does
+        # not block it (when the main thread has a signal pending already,
+        # say), and Python runs the handler in the main thread only when
+        # that thread next runs Python code: a SIGINT taken by this thread
+        # would leave the main thread asleep (in time.sleep) until the
+        # grace restarts the context. Blocked here, it waits for the main
+        # thread.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         p = select.poll()
         for fd in self.fds:
             p.register(fd, select.POLLIN)
