@@ -304,6 +304,10 @@ func TestInputsChargedToTheSandbox(t *testing.T) {
 		t.Fatalf("no memory cgroup of init found in %q", b)
 		return 0
 	}
+	// a file operation waits until init is in its cgroup, as a start does
+	if _, err := inst.Files().Stat(context.Background(), "/workspace/input"); err != nil {
+		t.Fatal(err)
+	}
 	before := usage()
 	const size = 32 << 20
 	if _, err := inst.Files().Put(context.Background(), "/workspace/input/big.bin", strings.NewReader(strings.Repeat("x", size)), 0); err != nil {

@@ -26,6 +26,16 @@ var _ sandbox.Files = (*files)(nil)
 // op sends one file operation with an optional data pipe end and returns
 // init's answer.
 func (f *files) op(ctx context.Context, op nsinit.FileOp, pipe *os.File) (*dirfs.Info, error) {
+	// Init writes what is put, and the pages are charged to the cgroup it
+	// is in: it must be in its own first, as for a process's start.
+	select {
+	case <-f.i.placed:
+	case <-ctx.Done():
+		if pipe != nil {
+			pipe.Close()
+		}
+		return nil, ctx.Err()
+	}
 	var fds []*os.File
 	if pipe != nil {
 		fds = []*os.File{pipe}
