@@ -47,8 +47,8 @@ var (
 
 // microvmBackend is the microvm backend (under TCG unless
 // AIRLOCK_MICROVM_ACCEL says otherwise) with the python image's store's
-// cache and the CI's guest kernels (fetched if there are none): AIRLOCK_INTERP_BACKEND=microvm runs
-// these tests in machines.
+// cache and the CI's guest kernels (fetched if there are none):
+// AIRLOCK_INTERP_BACKEND=microvm runs these tests in machines.
 func microvmBackend(t testing.TB) *microvm.Backend {
 	t.Helper()
 	testenv.Require(t, "root", testenv.Root())
